@@ -1,0 +1,208 @@
+//! `podc`, the command line. Each subcommand is a thin layer over `driver` and `runtime`.
+
+use crate::array::Array;
+use crate::diag::{emit_stderr, SourceMap};
+use crate::driver::{self, Entry};
+use crate::resolve::Program;
+use crate::runtime::{Client, Runtime};
+use clap::{Parser, Subcommand, ValueEnum};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "podc", version, about = "The podracer compiler: typed array programs for RL, run through PJRT")]
+pub struct Cli {
+    /// The PJRT plugin to use (else `PODC_PJRT_PLUGIN`, else the cached CPU plugin,
+    /// fetched with pip on first use).
+    #[arg(long, global = true, value_name = "PATH")]
+    plugin: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Parse, resolve and type-check files; print diagnostics. Exit status 1 on errors.
+    Check {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Show a compilation stage of one entry point.
+    Build {
+        file: PathBuf,
+        #[arg(long, value_enum)]
+        emit: Emit,
+        #[arg(long, default_value = "main")]
+        entry: String,
+        /// Write to this file instead of stdout.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
+    /// Compile an entry point and run it on the device through PJRT.
+    Run(RunArgs),
+    /// Run an entry point through the reference interpreter (same interface as `run`).
+    Eval(RunArgs),
+    /// List the plugin's devices.
+    Devices {
+        /// How many CPU devices the CPU plugin should expose.
+        #[arg(long)]
+        cpu_devices: Option<usize>,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    file: PathBuf,
+    #[arg(long, default_value = "main")]
+    entry: String,
+    /// Arguments as a JSON array (one element per parameter), inline or in a file.
+    #[arg(long, value_name = "JSON|FILE")]
+    args: Option<String>,
+    /// Print exactly one JSON object: `{"entry", "outputs": [{"dtype", "shape", "data"}]}`.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Emit {
+    Ast,
+    Ir,
+    Stablehlo,
+}
+
+/// Runs `podc` with parsed arguments.
+pub fn main(cli: Cli) -> ExitCode {
+    let result = match cli.command {
+        Command::Check { files } => check(&files),
+        Command::Build { file, emit, entry, output } => build(&file, emit, &entry, output.as_deref()),
+        Command::Run(a) => run(&a, Some(cli.plugin.as_deref())),
+        Command::Eval(a) => run(&a, None),
+        Command::Devices { cpu_devices } => devices(cli.plugin.as_deref(), cpu_devices),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Reported) => ExitCode::FAILURE,
+        Err(Failure::Message(m)) => {
+            eprintln!("error: {m}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+enum Failure {
+    /// Diagnostics were already printed.
+    Reported,
+    Message(String),
+}
+
+impl<E: std::fmt::Display> From<E> for Failure {
+    fn from(e: E) -> Failure {
+        Failure::Message(e.to_string())
+    }
+}
+
+fn check(files: &[PathBuf]) -> Result<(), Failure> {
+    let mut failed = false;
+    for f in files {
+        let (prog, diags) = driver::check_file(f)?;
+        emit_stderr(&prog.map, &diags);
+        failed |= !diags.is_empty();
+    }
+    if failed {
+        Err(Failure::Reported)
+    } else {
+        Ok(())
+    }
+}
+
+/// Loads and checks `file`, printing diagnostics; only a clean program comes back.
+fn load(file: &Path) -> Result<Program, Failure> {
+    let (prog, diags) = driver::check_file(file)?;
+    if diags.is_empty() {
+        Ok(prog)
+    } else {
+        emit_stderr(&prog.map, &diags);
+        let n = diags.len();
+        eprintln!("error: could not compile `{}` due to {n} previous error{}", file.display(), if n == 1 { "" } else { "s" });
+        Err(Failure::Reported)
+    }
+}
+
+fn entry(prog: &Program, name: &str) -> Result<Entry, Failure> {
+    driver::build(prog, name).map_err(|d| {
+        emit_stderr(&prog.map, &[d]);
+        Failure::Reported
+    })
+}
+
+fn build(file: &Path, emit: Emit, name: &str, output: Option<&Path>) -> Result<(), Failure> {
+    let text = match emit {
+        Emit::Ast => {
+            let src = std::fs::read_to_string(file).map_err(|e| format!("cannot read `{}`: {e}", file.display()))?;
+            let mut map = SourceMap::default();
+            let id = map.add(file.display().to_string(), src);
+            let (module, diags) = crate::syntax::parse(id, map.source(id));
+            if !diags.is_empty() {
+                emit_stderr(&map, &diags);
+                return Err(Failure::Reported);
+            }
+            crate::syntax::print::print_module(&module)
+        }
+        Emit::Ir => crate::ir::print::print_func(&entry(&load(file)?, name)?.func),
+        Emit::Stablehlo => crate::lower::stablehlo::lower_module(&entry(&load(file)?, name)?.func, 1),
+    };
+    match output {
+        Some(p) => std::fs::write(p, text).map_err(|e| format!("cannot write `{}`: {e}", p.display()))?,
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
+/// `run` (with `Some(plugin)`) and `eval` (with `None`).
+fn run(a: &RunArgs, device: Option<Option<&Path>>) -> Result<(), Failure> {
+    let prog = load(&a.file)?;
+    let e = entry(&prog, &a.entry)?;
+    let args = read_args(&e, a.args.as_deref())?;
+    let outs = match device {
+        Some(plugin) => {
+            let client = Runtime::open(plugin, None)?;
+            run_on_device(&client, &e, &args)?
+        }
+        None => driver::eval(&e, &args),
+    };
+    if a.json {
+        println!("{}", crate::io::outputs_json(&a.entry, &outs));
+    } else {
+        println!("{}", crate::io::show(&e.ret, &outs));
+    }
+    Ok(())
+}
+
+/// Compiles an entry for one device, runs it once, and downloads the results.
+pub fn run_on_device(client: &Client, e: &Entry, args: &[Array]) -> Result<Vec<Array>, crate::runtime::RuntimeError> {
+    let exe = client.compile(&crate::lower::stablehlo::lower_module(&e.func, 1), 1)?;
+    let bufs = args.iter().map(|a| client.upload(a, 0)).collect::<Result<Vec<_>, _>>()?;
+    let refs: Vec<_> = bufs.iter().collect();
+    exe.execute(&refs)?.iter().map(|b| b.download()).collect()
+}
+
+fn read_args(e: &Entry, args: Option<&str>) -> Result<Vec<Array>, Failure> {
+    let text = match args {
+        None if e.params.is_empty() => return Ok(vec![]),
+        None => return Err(Failure::Message(format!("`{}` takes {} arguments: pass them with `--args`", e.func.name, e.params.len()))),
+        Some(s) if s.trim_start().starts_with('[') => s.to_string(),
+        Some(path) => std::fs::read_to_string(path).map_err(|err| format!("cannot read `--args` file `{path}`: {err}"))?,
+    };
+    let v: serde_json::Value = serde_json::from_str(&text).map_err(|err| format!("`--args` is not valid JSON: {err}"))?;
+    Ok(crate::io::args_from_json(&e.params, &v)?)
+}
+
+fn devices(plugin: Option<&Path>, cpu_devices: Option<usize>) -> Result<(), Failure> {
+    let client = Runtime::open(plugin, cpu_devices)?;
+    let v = client.api_version();
+    println!("plugin: {} (PJRT C API {v}, platform {})", client.plugin_path().display(), client.platform_name());
+    for (i, d) in client.devices().iter().enumerate() {
+        println!("  {i}: {} ({}, id {})", d.description, d.kind, d.id);
+    }
+    Ok(())
+}

@@ -1,0 +1,144 @@
+//! Values in and out of `podc run`/`eval`: `--args` JSON into host arrays, results into
+//! the `--json` object or a readable line.
+
+use crate::array::{Array, ArrayTy, DType, Data};
+use crate::types::Ty;
+use serde_json::{json, Value};
+
+/// Reads `--args`: a JSON array with one element per parameter. Arrays are (nested)
+/// lists of numbers or bools, tuples are lists, structs are objects with every field.
+pub fn args_from_json(params: &[Ty], v: &Value) -> Result<Vec<Array>, String> {
+    let Value::Array(items) = v else { return Err("`--args` must be a JSON array with one element per parameter".into()) };
+    if items.len() != params.len() {
+        return Err(format!("the entry takes {} arguments, but `--args` has {}", params.len(), items.len()));
+    }
+    let mut out = vec![];
+    for (i, (t, x)) in params.iter().zip(items).enumerate() {
+        read(t, x, &format!("argument {}", i + 1), &mut out)?;
+    }
+    Ok(out)
+}
+
+fn read(t: &Ty, v: &Value, at: &str, out: &mut Vec<Array>) -> Result<(), String> {
+    match t {
+        Ty::Array(..) => {
+            let leaves = t.leaves().ok_or_else(|| format!("{at}: type `{t}` has unknown sizes"))?;
+            out.push(read_array(&leaves[0], v, at)?);
+        }
+        Ty::Tuple(ts) => {
+            let Value::Array(xs) = v else { return Err(format!("{at}: expected a list for `{t}`")) };
+            if xs.len() != ts.len() {
+                return Err(format!("{at}: expected {} elements for `{t}`, found {}", ts.len(), xs.len()));
+            }
+            for (k, (t, x)) in ts.iter().zip(xs).enumerate() {
+                read(t, x, &format!("{at}.{k}"), out)?;
+            }
+        }
+        Ty::Struct(def, args) => {
+            let Value::Object(m) = v else { return Err(format!("{at}: expected an object for `{t}`")) };
+            if let Some(k) = m.keys().find(|k| !def.fields.iter().any(|(n, _)| n == *k)) {
+                return Err(format!("{at}: `{t}` has no field `{k}`"));
+            }
+            for (n, ft) in Ty::struct_fields(def, args) {
+                let x = m.get(&n).ok_or_else(|| format!("{at}: missing field `{n}` of `{t}`"))?;
+                read(&ft, x, &format!("{at}.{n}"), out)?;
+            }
+        }
+        Ty::Error => return Err(format!("{at}: ill-typed parameter")),
+    }
+    Ok(())
+}
+
+fn read_array(ty: &ArrayTy, v: &Value, at: &str) -> Result<Array, String> {
+    let mut flat = vec![];
+    flatten(v, &ty.shape, at, &mut flat)?;
+    let bad = |x: &Value| format!("{at}: `{x}` is not a valid `{}`", ty.dtype);
+    let data = match ty.dtype {
+        DType::F32 => Data::F32(flat.iter().map(|x| x.as_f64().map(|f| f as f32).ok_or_else(|| bad(x))).collect::<Result<_, _>>()?),
+        DType::I32 => Data::I32(
+            flat.iter().map(|x| x.as_i64().and_then(|n| i32::try_from(n).ok()).ok_or_else(|| bad(x))).collect::<Result<_, _>>()?,
+        ),
+        DType::U32 => Data::U32(
+            flat.iter().map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| bad(x))).collect::<Result<_, _>>()?,
+        ),
+        DType::Bool => Data::Bool(flat.iter().map(|x| x.as_bool().ok_or_else(|| bad(x))).collect::<Result<_, _>>()?),
+    };
+    Ok(Array::new(ty.shape.clone(), data))
+}
+
+fn flatten<'v>(v: &'v Value, shape: &[usize], at: &str, out: &mut Vec<&'v Value>) -> Result<(), String> {
+    match shape.split_first() {
+        None => {
+            out.push(v);
+            Ok(())
+        }
+        Some((&n, rest)) => {
+            let Value::Array(xs) = v else { return Err(format!("{at}: expected a list of {n} elements, found `{v}`")) };
+            if xs.len() != n {
+                return Err(format!("{at}: expected a list of {n} elements, found {}", xs.len()));
+            }
+            xs.iter().try_for_each(|x| flatten(x, rest, at, out))
+        }
+    }
+}
+
+/// The `--json` result: `{"entry": …, "outputs": [{"dtype", "shape", "data"}, …]}`,
+/// with tuples and structs flattened in order and `data` row-major.
+pub fn outputs_json(entry: &str, outs: &[Array]) -> Value {
+    let outputs: Vec<Value> = outs
+        .iter()
+        .map(|a| json!({ "dtype": a.dtype().name(), "shape": a.shape, "data": data_json(&a.data) }))
+        .collect();
+    json!({ "entry": entry, "outputs": outputs })
+}
+
+fn data_json(d: &Data) -> Value {
+    match d {
+        // Non-finite floats have no JSON number; they are written as strings.
+        Data::F32(v) => v.iter().map(|&x| if x.is_finite() { json!(x) } else { json!(x.to_string()) }).collect(),
+        Data::I32(v) => json!(v),
+        Data::U32(v) => json!(v),
+        Data::Bool(v) => json!(v),
+    }
+}
+
+/// A readable rendering of a result of type `t`: `(45, 57.66504)`, `[1, 2]`,
+/// `Dense { w: [[…]], b: […] }`.
+pub fn show(t: &Ty, outs: &[Array]) -> String {
+    let mut it = outs.iter();
+    show_at(t, &mut it)
+}
+
+fn show_at<'a>(t: &Ty, it: &mut impl Iterator<Item = &'a Array>) -> String {
+    match t {
+        Ty::Array(..) => it.next().map(show_array).unwrap_or_default(),
+        Ty::Tuple(ts) => format!("({})", ts.iter().map(|t| show_at(t, it)).collect::<Vec<_>>().join(", ")),
+        Ty::Struct(def, args) => {
+            let fields: Vec<String> =
+                Ty::struct_fields(def, args).iter().map(|(n, t)| format!("{n}: {}", show_at(t, it))).collect();
+            format!("{} {{ {} }}", def.name, fields.join(", "))
+        }
+        Ty::Error => String::new(),
+    }
+}
+
+fn show_array(a: &Array) -> String {
+    let items: Vec<String> = match &a.data {
+        Data::F32(v) => v.iter().map(|x| format!("{x:?}")).collect(),
+        Data::I32(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::U32(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::Bool(v) => v.iter().map(|x| x.to_string()).collect(),
+    };
+    nest(&items, &a.shape)
+}
+
+fn nest(items: &[String], shape: &[usize]) -> String {
+    match shape.split_first() {
+        None => items.first().cloned().unwrap_or_default(),
+        Some((&n, rest)) => {
+            let step = rest.iter().product::<usize>();
+            let parts: Vec<String> = (0..n).map(|i| nest(&items[i * step..(i + 1) * step], rest)).collect();
+            format!("[{}]", parts.join(", "))
+        }
+    }
+}

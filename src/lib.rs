@@ -1,0 +1,31 @@
+//! podracer: a compiler and runtime for `.pod`, a typed array language for reinforcement
+//! learning, after DeepMind's Podracer architectures.
+//!
+//! The pipeline, one module per phase (see `docs/architecture.md`):
+//!
+//! ```text
+//! source ─ syntax (logos + lalrpop) ─ resolve (modules, `use`) ─ elab (type check;
+//!   monomorphise and inline into the IR) ─ ir (typed SSA; verify, eval) ─ lower (StableHLO
+//!   text) ─ runtime (PJRT plugin: compile, transfer, execute)
+//! ```
+//!
+//! Every primitive has one home under `prims/` holding all of its rules. The core is pure;
+//! IO lives in `resolve` (reading modules), `runtime` and `cli`, and `unsafe` only in
+//! `runtime::pjrt::ffi`.
+
+#![deny(unsafe_code)]
+
+pub mod array;
+pub mod cli;
+pub mod diag;
+pub mod driver;
+pub mod elab;
+pub mod io;
+pub mod ir;
+pub mod lower;
+pub mod prims;
+pub mod resolve;
+#[allow(unsafe_code)]
+pub mod runtime;
+pub mod syntax;
+pub mod types;

@@ -1,0 +1,306 @@
+//! StableHLO text emission.
+//!
+//! Operations are printed in MLIR's *generic* form,
+//! `%3 = "stablehlo.add"(%1, %2) : (tensor<2xf32>, tensor<2xf32>) -> tensor<2xf32>`,
+//! with inherent attributes as properties (`<{dimensions = array<i64: 1>}>`). The generic
+//! form spells every operand and result type out, so it does not depend on any op's
+//! custom assembly format, which is the part of the syntax that changes between StableHLO
+//! releases; it is also what MLIR itself prints when asked for an unambiguous dump.
+//! Only the enclosing `module`, `func.func` and `return` use the pretty form.
+//!
+//! SSA names are `%N` from one counter per module, so they are unique across nested
+//! regions too (`stablehlo.while` regions are not isolated from above, so MLIR would
+//! reject a name reused inside one).
+//!
+//! [`Op::Loop`] lowers to `stablehlo.while` carrying `(i, consts.., carries..)`: the cond
+//! region tests `i < hi`, and the body runs the loop's graph, increments `i` and passes
+//! the constants through unchanged.
+
+use std::collections::HashMap;
+
+use crate::array::{Array, ArrayTy, DType, Data};
+use crate::ir::{Func, Graph, Op, Var};
+
+/// The text builder that lowering rules write into: fresh SSA names, indented lines and
+/// type spelling.
+#[derive(Debug, Default)]
+pub struct LowerCx {
+    text: String,
+    depth: usize,
+    next: u32,
+}
+
+impl LowerCx {
+    /// An empty builder at indentation zero.
+    pub fn new() -> LowerCx {
+        LowerCx::default()
+    }
+
+    /// A fresh SSA name, `%N`.
+    pub fn fresh(&mut self) -> String {
+        let name = format!("%{}", self.next);
+        self.next += 1;
+        name
+    }
+
+    /// Appends one line at the current indentation.
+    pub fn line(&mut self, text: &str) {
+        for _ in 0..self.depth {
+            self.text.push_str("  ");
+        }
+        self.text.push_str(text);
+        self.text.push('\n');
+    }
+
+    /// Appends a line that opens a block (`... {`), then indents.
+    pub fn open(&mut self, text: &str) {
+        self.line(text);
+        self.depth += 1;
+    }
+
+    /// Dedents, then appends the line that closes a block (`}` or `}) : ...`).
+    pub fn close(&mut self, text: &str) {
+        self.depth = self.depth.saturating_sub(1);
+        self.line(text);
+    }
+
+    /// Closes one block and opens the next on the same line (`}, {` between regions).
+    pub fn reopen(&mut self, text: &str) {
+        self.close(text);
+        self.depth += 1;
+    }
+
+    /// The text written so far.
+    pub fn finish(self) -> String {
+        self.text
+    }
+
+    /// Emits `%r = "op"(args) <{attrs}> : (arg types) -> out` and returns `%r`. `attrs`
+    /// is the inside of the property dictionary, empty for none.
+    pub fn op(&mut self, op: &str, args: &[String], attrs: &str, arg_tys: &[ArrayTy], out: &ArrayTy) -> String {
+        let r = self.fresh();
+        let props = if attrs.is_empty() { String::new() } else { format!(" <{{{attrs}}}>") };
+        self.line(&format!(
+            "{r} = \"{op}\"({}){props} : {}",
+            args.join(", "),
+            fn_type(arg_tys, std::slice::from_ref(out))
+        ));
+        r
+    }
+
+    /// Emits a `stablehlo.constant` holding `value` and returns its name.
+    pub fn constant(&mut self, value: &Array) -> String {
+        self.constant_text(&dense(value), &value.ty())
+    }
+
+    /// Emits a constant of type `ty` whose every element is the scalar `value`.
+    pub fn splat(&mut self, value: &Array, ty: &ArrayTy) -> String {
+        debug_assert!(value.shape.is_empty() && value.dtype() == ty.dtype);
+        self.constant_text(&dense(value), ty)
+    }
+
+    fn constant_text(&mut self, dense: &str, ty: &ArrayTy) -> String {
+        self.op("stablehlo.constant", &[], &format!("value = {dense} : {}", tensor_type(ty)), &[], ty)
+    }
+
+    /// Emits `"stablehlo.return"(values)`, the terminator of a region.
+    pub fn ret(&mut self, values: &[String], tys: &[ArrayTy]) {
+        self.line(&format!("\"stablehlo.return\"({}) : {}", values.join(", "), fn_type(tys, &[])));
+    }
+}
+
+/// The MLIR spelling of an element type: `f32`, `i32`, `ui32`, `i1`.
+pub fn element_type(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::I32 => "i32",
+        DType::U32 => "ui32",
+        DType::Bool => "i1",
+    }
+}
+
+/// The MLIR spelling of an array type: `tensor<2x3xf32>`, `tensor<i32>`.
+pub fn tensor_type(ty: &ArrayTy) -> String {
+    let mut s = String::from("tensor<");
+    for d in &ty.shape {
+        s.push_str(&format!("{d}x"));
+    }
+    s.push_str(element_type(ty.dtype));
+    s.push('>');
+    s
+}
+
+/// A function type, `(tensor<f32>, tensor<f32>) -> tensor<f32>`; results are
+/// parenthesised unless there is exactly one.
+pub fn fn_type(args: &[ArrayTy], outs: &[ArrayTy]) -> String {
+    let args: Vec<String> = args.iter().map(tensor_type).collect();
+    let outs: Vec<String> = outs.iter().map(tensor_type).collect();
+    let outs = if outs.len() == 1 { outs[0].clone() } else { format!("({})", outs.join(", ")) };
+    format!("({}) -> {outs}", args.join(", "))
+}
+
+/// An f32 literal that MLIR parses back to the same bits: finite values in shortest
+/// round-trip scientific notation (MLIR wants a `.` in a float literal, so `1e0` becomes
+/// `1.0e0`), NaN and infinities as their bit pattern in hex, which MLIR reads as the
+/// raw bits of the element type.
+pub fn f32_literal(x: f32) -> String {
+    if !x.is_finite() {
+        return format!("0x{:08X}", x.to_bits());
+    }
+    let s = format!("{x:e}");
+    match s.find('e') {
+        Some(e) if !s[..e].contains('.') => format!("{}.0{}", &s[..e], &s[e..]),
+        Some(_) | None => s,
+    }
+}
+
+/// The `dense<...>` attribute of an array: a splat when every element is the same,
+/// otherwise nested lists following the shape.
+pub fn dense(a: &Array) -> String {
+    let elems: Vec<String> = match &a.data {
+        Data::F32(v) => v.iter().map(|&x| f32_literal(x)).collect(),
+        Data::I32(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::U32(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::Bool(v) => v.iter().map(|x| x.to_string()).collect(),
+    };
+    if !elems.is_empty() && elems.iter().all(|e| *e == elems[0]) {
+        return format!("dense<{}>", elems[0]);
+    }
+    fn nest(elems: &[String], shape: &[usize]) -> String {
+        match shape.split_first() {
+            None => elems[0].clone(),
+            Some((&n, rest)) => {
+                let chunk: usize = rest.iter().product();
+                let items: Vec<String> =
+                    (0..n).map(|i| nest(&elems[i * chunk..(i + 1) * chunk], rest)).collect();
+                format!("[{}]", items.join(", "))
+            }
+        }
+    }
+    format!("dense<{}>", nest(&elems, &a.shape))
+}
+
+/// Lowers `f` to a complete StableHLO module whose entry point is `@main` (what PJRT
+/// runs); `f.name` names the module. `num_replicas` must equal the replica count in the
+/// compile options.
+pub fn lower_module(f: &Func, num_replicas: usize) -> String {
+    let mut cx = LowerCx::new();
+    cx.line(&format!("// podc: func @{}", f.name));
+    cx.open(&format!(
+        "module @{} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = {num_replicas} : i32}} {{",
+        symbol(&f.name)
+    ));
+    let mut env: HashMap<Var, String> = HashMap::new();
+    let mut params = vec![];
+    for &p in &f.graph.params {
+        let name = cx.fresh();
+        params.push(format!("{name}: {}", tensor_type(f.ty(p))));
+        env.insert(p, name);
+    }
+    let results: Vec<String> = f.result_types().iter().map(tensor_type).collect();
+    cx.open(&format!("func.func public @main({}) -> ({}) {{", params.join(", "), results.join(", ")));
+    let outs = lower_graph(&mut cx, f, &f.graph, &mut env);
+    if outs.is_empty() {
+        cx.line("return");
+    } else {
+        cx.line(&format!("return {} : {}", outs.join(", "), results.join(", ")));
+    }
+    cx.close("}");
+    cx.close("}");
+    cx.finish()
+}
+
+/// `name` as an MLIR symbol: bare when it is an identifier, quoted otherwise.
+fn symbol(name: &str) -> String {
+    let bare = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '$');
+    if bare { name.to_string() } else { format!("{name:?}") }
+}
+
+/// Lowers the equations of `g`, whose parameters are already bound in `env`, and
+/// returns the names of its results.
+fn lower_graph(cx: &mut LowerCx, f: &Func, g: &Graph, env: &mut HashMap<Var, String>) -> Vec<String> {
+    let name = |env: &HashMap<Var, String>, v: &Var| -> String {
+        env.get(v).unwrap_or_else(|| panic!("lowering: %{} used before definition", v.0)).clone()
+    };
+    for e in &g.eqns {
+        let args: Vec<String> = e.args.iter().map(|v| name(env, v)).collect();
+        let arg_tys: Vec<ArrayTy> = e.args.iter().map(|&v| f.ty(v).clone()).collect();
+        let out_tys: Vec<ArrayTy> = e.outs.iter().map(|&v| f.ty(v).clone()).collect();
+        let outs = match &e.op {
+            Op::Prim(p) => p.rules().lower(cx, &args, &arg_tys, &out_tys),
+            Op::Loop { lo, hi, n_consts, body } => {
+                lower_loop(cx, f, (*lo, *hi, *n_consts, body), &args, &arg_tys, env)
+            }
+        };
+        debug_assert_eq!(outs.len(), e.outs.len());
+        for (&v, n) in e.outs.iter().zip(outs) {
+            env.insert(v, n);
+        }
+    }
+    g.results.iter().map(|v| name(env, v)).collect()
+}
+
+/// Lowers a loop to `stablehlo.while` over `(i, consts.., carries..)` and returns the
+/// names of the final carries.
+fn lower_loop(
+    cx: &mut LowerCx,
+    f: &Func,
+    (lo, hi, n_consts, body): (i64, i64, usize, &Graph),
+    args: &[String],
+    arg_tys: &[ArrayTy],
+    env: &mut HashMap<Var, String>,
+) -> Vec<String> {
+    let i32_ty = ArrayTy::scalar(DType::I32);
+    let start = cx.constant(&Array::i32(vec![], vec![index(lo)]));
+    let mut operands = vec![start];
+    operands.extend_from_slice(args);
+    let mut tys = vec![i32_ty.clone()];
+    tys.extend_from_slice(arg_tys);
+
+    let w = cx.fresh();
+    let k = tys.len();
+    let lhs = if k == 1 { w.clone() } else { format!("{w}:{k}") };
+    cx.open(&format!("{lhs} = \"stablehlo.while\"({}) ({{", operands.join(", ")));
+
+    // cond: i < hi
+    let cond_params: Vec<String> = tys.iter().map(|_| cx.fresh()).collect();
+    cx.line(&block_header(&cond_params, &tys));
+    let bound = cx.constant(&Array::i32(vec![], vec![index(hi)]));
+    let attrs = "comparison_direction = #stablehlo<comparison_direction LT>, \
+                 compare_type = #stablehlo<comparison_type SIGNED>";
+    let pred_ty = ArrayTy::scalar(DType::Bool);
+    let go = cx.op("stablehlo.compare", &[cond_params[0].clone(), bound], attrs, &[i32_ty.clone(), i32_ty.clone()], &pred_ty);
+    cx.ret(&[go], &[pred_ty]);
+    cx.reopen("}, {");
+
+    // body: the graph, then i + 1
+    let body_params: Vec<String> = tys.iter().map(|_| cx.fresh()).collect();
+    cx.line(&block_header(&body_params, &tys));
+    for (&p, n) in body.params.iter().zip(&body_params) {
+        env.insert(p, n.clone());
+    }
+    let next = lower_graph(cx, f, body, env);
+    let one = cx.constant(&Array::i32(vec![], vec![1]));
+    let i_next = cx.op("stablehlo.add", &[body_params[0].clone(), one], "", &[i32_ty.clone(), i32_ty.clone()], &i32_ty);
+    let mut yields = vec![i_next];
+    yields.extend_from_slice(&body_params[1..=n_consts]);
+    yields.extend(next);
+    cx.ret(&yields, &tys);
+    cx.close(&format!("}}) : {}", fn_type(&tys, &tys)));
+
+    (1 + n_consts..k).map(|j| format!("{w}#{j}")).collect()
+}
+
+/// `^bb0(%a: tensor<..>, ...):`, the entry block of a region. Block labels are local to
+/// their region, so every region can use `^bb0`.
+fn block_header(params: &[String], tys: &[ArrayTy]) -> String {
+    let ps: Vec<String> = params.iter().zip(tys).map(|(p, t)| format!("{p}: {}", tensor_type(t))).collect();
+    format!("^bb0({}):", ps.join(", "))
+}
+
+/// A loop bound as the i32 the loop counter holds. `ir::verify` rejects bounds outside
+/// i32, so this cannot truncate.
+fn index(bound: i64) -> i32 {
+    i32::try_from(bound).unwrap_or_else(|_| panic!("loop bound {bound} does not fit in i32"))
+}

@@ -1,0 +1,142 @@
+//! Linear algebra: `dot_general`, the one contraction every product (`@`, matrix-vector,
+//! batched matmul) is built from.
+
+use super::Rules;
+use super::util::{check_axes, expect_arity, indices, list, strides};
+use crate::array::{Array, ArrayTy, DType, Data};
+use crate::lower::stablehlo::LowerCx;
+
+/// `stablehlo.dot_general`: multiplies along the contracting dimensions and sums them
+/// away, pairing the batch dimensions. The result's dimensions are the batch dimensions
+/// (in `lhs_batch` order), then the remaining lhs dimensions, then the remaining rhs
+/// dimensions, each in their operand's order. Defined on f32, i32 and u32 (integers
+/// wrap); f32 sums in contraction order, while the device may associate differently.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dot {
+    /// Batch dimensions of the lhs.
+    pub lhs_batch: Vec<usize>,
+    /// Batch dimensions of the rhs, paired with `lhs_batch`.
+    pub rhs_batch: Vec<usize>,
+    /// Contracting dimensions of the lhs.
+    pub lhs_contract: Vec<usize>,
+    /// Contracting dimensions of the rhs, paired with `lhs_contract`.
+    pub rhs_contract: Vec<usize>,
+}
+
+/// The dimensions of a rank-`rank` operand that are neither batch nor contracting.
+fn free(rank: usize, batch: &[usize], contract: &[usize]) -> Vec<usize> {
+    (0..rank).filter(|d| !batch.contains(d) && !contract.contains(d)).collect()
+}
+
+impl Dot {
+    fn out_shape(&self, l: &[usize], r: &[usize]) -> Vec<usize> {
+        let mut shape: Vec<usize> = self.lhs_batch.iter().map(|&d| l[d]).collect();
+        shape.extend(free(l.len(), &self.lhs_batch, &self.lhs_contract).iter().map(|&d| l[d]));
+        shape.extend(free(r.len(), &self.rhs_batch, &self.rhs_contract).iter().map(|&d| r[d]));
+        shape
+    }
+}
+
+impl Rules for Dot {
+    fn name(&self) -> &'static str {
+        "dot_general"
+    }
+
+    fn attrs(&self) -> String {
+        let mut parts = vec![];
+        if !self.lhs_batch.is_empty() || !self.rhs_batch.is_empty() {
+            parts.push(format!("lhs_batch={}", list(&self.lhs_batch)));
+            parts.push(format!("rhs_batch={}", list(&self.rhs_batch)));
+        }
+        parts.push(format!("lhs_contract={}", list(&self.lhs_contract)));
+        parts.push(format!("rhs_contract={}", list(&self.rhs_contract)));
+        format!("[{}]", parts.join(", "))
+    }
+
+    fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
+        expect_arity("dot_general", args, 2)?;
+        let (l, r) = (&args[0], &args[1]);
+        if l.dtype != r.dtype {
+            return Err(format!("dot_general: operands {l} and {r} differ in dtype"));
+        }
+        if !matches!(l.dtype, DType::F32 | DType::I32 | DType::U32) {
+            return Err(format!("dot_general is not defined on {}", l.dtype));
+        }
+        if self.lhs_batch.len() != self.rhs_batch.len() || self.lhs_contract.len() != self.rhs_contract.len() {
+            return Err("dot_general: lhs and rhs must name as many batch and contracting dimensions".to_string());
+        }
+        let lhs_dims: Vec<usize> = self.lhs_batch.iter().chain(&self.lhs_contract).copied().collect();
+        let rhs_dims: Vec<usize> = self.rhs_batch.iter().chain(&self.rhs_contract).copied().collect();
+        check_axes("dot_general", "lhs dimension", &lhs_dims, l.rank())?;
+        check_axes("dot_general", "rhs dimension", &rhs_dims, r.rank())?;
+        for (&a, &b) in lhs_dims.iter().zip(&rhs_dims) {
+            if l.shape[a] != r.shape[b] {
+                return Err(format!(
+                    "dot_general: lhs dimension {a} of {l} and rhs dimension {b} of {r} differ in size"
+                ));
+            }
+        }
+        Ok(vec![ArrayTy::new(l.dtype, self.out_shape(&l.shape, &r.shape))])
+    }
+
+    fn eval(&self, args: &[&Array]) -> Vec<Array> {
+        let (l, r) = (args[0], args[1]);
+        let (ls, rs) = (strides(&l.shape), strides(&r.shape));
+        let lhs_free = free(l.shape.len(), &self.lhs_batch, &self.lhs_contract);
+        let rhs_free = free(r.shape.len(), &self.rhs_batch, &self.rhs_contract);
+        // Flat offsets of every contraction step, in both operands.
+        let contract_shape: Vec<usize> = self.lhs_contract.iter().map(|&d| l.shape[d]).collect();
+        let steps: Vec<(usize, usize)> = indices(&contract_shape)
+            .map(|k| {
+                let lo: usize = k.iter().zip(&self.lhs_contract).map(|(i, &d)| i * ls[d]).sum();
+                let ro: usize = k.iter().zip(&self.rhs_contract).map(|(i, &d)| i * rs[d]).sum();
+                (lo, ro)
+            })
+            .collect();
+        // Flat base offsets of every result element, in both operands.
+        let shape = self.out_shape(&l.shape, &r.shape);
+        let nb = self.lhs_batch.len();
+        let nl = lhs_free.len();
+        let lhs_dims: Vec<usize> = self.lhs_batch.iter().chain(&lhs_free).copied().collect();
+        let rhs_dims: Vec<usize> = self.rhs_batch.iter().chain(&rhs_free).copied().collect();
+        let bases: Vec<(usize, usize)> = indices(&shape)
+            .map(|idx| {
+                let lhs_idx = idx[..nb + nl].iter();
+                let rhs_idx = idx[..nb].iter().chain(&idx[nb + nl..]);
+                let lo: usize = lhs_idx.zip(&lhs_dims).map(|(i, &d)| i * ls[d]).sum();
+                let ro: usize = rhs_idx.zip(&rhs_dims).map(|(i, &d)| i * rs[d]).sum();
+                (lo, ro)
+            })
+            .collect();
+        fn go<T: Copy>(a: &[T], b: &[T], bases: &[(usize, usize)], steps: &[(usize, usize)], zero: T, mul_add: fn(T, T, T) -> T) -> Vec<T> {
+            bases.iter().map(|&(lb, rb)| steps.iter().fold(zero, |acc, &(lo, ro)| mul_add(acc, a[lb + lo], b[rb + ro]))).collect()
+        }
+        let data = match (&l.data, &r.data) {
+            (Data::F32(a), Data::F32(b)) => Data::F32(go(a, b, &bases, &steps, 0.0, |acc, x, y| acc + x * y)),
+            (Data::I32(a), Data::I32(b)) => {
+                Data::I32(go(a, b, &bases, &steps, 0, |acc, x, y| acc.wrapping_add(x.wrapping_mul(y))))
+            }
+            (Data::U32(a), Data::U32(b)) => {
+                Data::U32(go(a, b, &bases, &steps, 0, |acc, x, y| acc.wrapping_add(x.wrapping_mul(y))))
+            }
+            (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_), _) => {
+                panic!("dot_general: unsupported operand dtypes")
+            }
+        };
+        vec![Array::new(shape, data)]
+    }
+
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        // Empty dimension lists are left out, as MLIR prints them.
+        let fields = [
+            ("lhs_batching_dimensions", &self.lhs_batch),
+            ("rhs_batching_dimensions", &self.rhs_batch),
+            ("lhs_contracting_dimensions", &self.lhs_contract),
+            ("rhs_contracting_dimensions", &self.rhs_contract),
+        ];
+        let fields: Vec<String> =
+            fields.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k} = {}", list(v))).collect();
+        let attrs = format!("dot_dimension_numbers = #stablehlo.dot<{}>", fields.join(", "));
+        vec![cx.op("stablehlo.dot_general", args, &attrs, arg_tys, &outs[0])]
+    }
+}

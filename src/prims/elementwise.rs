@@ -1,0 +1,577 @@
+//! Elementwise primitives: unary and binary arithmetic, comparison, select and convert.
+//!
+//! Unary and binary operators are tables, in the spirit of JAX's `standard_unop` and
+//! `defvectorized`: each operator is one row ([`UnaryOp::rule`], [`BinaryOp::rule`])
+//! giving its printer name, its StableHLO op and its scalar function on every dtype it
+//! accepts. The shared code below turns a row into all three rules: the type rule accepts
+//! exactly the dtypes that have a function, evaluation maps the function over the
+//! elements, and lowering emits the one StableHLO op.
+//!
+//! The scalar functions follow XLA on CPU, the device the results are checked against:
+//! integer arithmetic wraps; `x / 0` is all ones (`-1`, or `u32::MAX`) and `x % 0` is
+//! `x`; `i32::MIN / -1` is `i32::MIN` and `i32::MIN % -1` is 0; shifts by the bit width
+//! or more (amounts read as unsigned) give 0; f32 `max`/`min` propagate NaN.
+
+use super::Rules;
+use super::util::expect_arity;
+use crate::array::{Array, ArrayTy, DType, Data};
+use crate::lower::stablehlo::LowerCx;
+
+/// A unary elementwise operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum UnaryOp {
+    /// Negation; wraps on integers (`-i32::MIN == i32::MIN`).
+    Neg,
+    /// Logical not on bool, bitwise not on integers.
+    Not,
+    /// `e^x`.
+    Exp,
+    /// Natural logarithm.
+    Log,
+    /// Hyperbolic tangent.
+    Tanh,
+    /// Square root.
+    Sqrt,
+    /// Absolute value; wraps on i32 (`abs(i32::MIN) == i32::MIN`).
+    Abs,
+    /// Rounds toward negative infinity.
+    Floor,
+    /// Sine.
+    Sin,
+    /// Cosine.
+    Cos,
+}
+
+/// A binary elementwise operator. Both operands have the same dtype and shape: the IR
+/// builder inserts explicit broadcasts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BinaryOp {
+    /// Addition (wrapping on integers).
+    Add,
+    /// Subtraction (wrapping on integers).
+    Sub,
+    /// Multiplication (wrapping on integers).
+    Mul,
+    /// Division: IEEE on f32, truncating on integers, `x / 0` is all ones.
+    Div,
+    /// Remainder with the dividend's sign (`fmod` on f32); `x % 0 == x` on integers.
+    Rem,
+    /// `x^y` on f32.
+    Pow,
+    /// Maximum (NaN-propagating on f32, `or` on bool).
+    Max,
+    /// Minimum (NaN-propagating on f32, `and` on bool).
+    Min,
+    /// Logical and on bool, bitwise on integers.
+    And,
+    /// Logical or on bool, bitwise on integers.
+    Or,
+    /// Logical xor on bool, bitwise on integers.
+    Xor,
+    /// Left shift; amounts of 32 or more (as unsigned) give 0.
+    ShiftLeft,
+    /// Logical right shift; amounts of 32 or more (as unsigned) give 0.
+    ShiftRightLogical,
+}
+
+/// A comparison, producing bool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CmpOp {
+    /// `==` (false when either side is NaN).
+    Eq,
+    /// `!=` (true when either side is NaN).
+    Ne,
+    /// `<`.
+    Lt,
+    /// `<=`.
+    Le,
+    /// `>`.
+    Gt,
+    /// `>=`.
+    Ge,
+}
+
+/// `op(x)` elementwise.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unary {
+    /// The operator.
+    pub op: UnaryOp,
+}
+
+/// `op(x, y)` elementwise, on operands of one dtype and shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Binary {
+    /// The operator.
+    pub op: BinaryOp,
+}
+
+/// `x op y` elementwise, giving bool of the operands' shape. u32 compares unsigned and
+/// bool orders `false < true`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compare {
+    /// The comparison.
+    pub op: CmpOp,
+}
+
+/// `select(pred, on_true, on_false)` elementwise; all three have one shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Select;
+
+/// Converts elements to another dtype, as XLA does: f32 to an integer truncates toward
+/// zero and saturates, with NaN giving 0; an integer to f32 rounds to nearest; i32 and
+/// u32 reinterpret each other's bits; bool gives 0 or 1; anything to bool is `x != 0`
+/// (so NaN is true).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Convert {
+    /// The target dtype.
+    pub to: DType,
+}
+
+// ---------------------------------------------------------------------------------------
+// The operator tables.
+
+/// Scalar functions of one operator, one per dtype; `None` where it is not defined.
+pub(super) struct Fns<F, I, U, B> {
+    pub(super) f32: Option<F>,
+    pub(super) i32: Option<I>,
+    pub(super) u32: Option<U>,
+    pub(super) bool: Option<B>,
+}
+
+impl<F, I, U, B> Fns<F, I, U, B> {
+    fn supports(&self, d: DType) -> bool {
+        match d {
+            DType::F32 => self.f32.is_some(),
+            DType::I32 => self.i32.is_some(),
+            DType::U32 => self.u32.is_some(),
+            DType::Bool => self.bool.is_some(),
+        }
+    }
+
+    /// The dtypes the operator accepts, for error messages.
+    fn accepted(&self) -> String {
+        let all = [DType::F32, DType::I32, DType::U32, DType::Bool];
+        let names: Vec<&str> = all.iter().filter(|&&d| self.supports(d)).map(|d| d.name()).collect();
+        names.join(", ")
+    }
+}
+
+/// One row of an operator table.
+pub(super) struct Row<F, I, U, B> {
+    /// The printer's name.
+    pub(super) name: &'static str,
+    /// The StableHLO op.
+    pub(super) hlo: &'static str,
+    /// The scalar functions.
+    pub(super) fns: Fns<F, I, U, B>,
+}
+
+type UnaryRow = Row<fn(f32) -> f32, fn(i32) -> i32, fn(u32) -> u32, fn(bool) -> bool>;
+/// A binary operator's row; reductions reuse these as their combiners.
+pub(super) type BinaryRow =
+    Row<fn(f32, f32) -> f32, fn(i32, i32) -> i32, fn(u32, u32) -> u32, fn(bool, bool) -> bool>;
+
+/// A unary row defined on f32 only (the transcendental functions).
+fn float_unop(name: &'static str, hlo: &'static str, f: fn(f32) -> f32) -> UnaryRow {
+    Row { name, hlo, fns: Fns { f32: Some(f), i32: None, u32: None, bool: None } }
+}
+
+impl UnaryOp {
+    fn rule(self) -> UnaryRow {
+        match self {
+            UnaryOp::Neg => Row {
+                name: "neg",
+                hlo: "stablehlo.negate",
+                fns: Fns { f32: Some(|x| -x), i32: Some(i32::wrapping_neg), u32: Some(u32::wrapping_neg), bool: None },
+            },
+            UnaryOp::Not => Row {
+                name: "not",
+                hlo: "stablehlo.not",
+                fns: Fns { f32: None, i32: Some(|x| !x), u32: Some(|x| !x), bool: Some(|x| !x) },
+            },
+            UnaryOp::Abs => Row {
+                name: "abs",
+                hlo: "stablehlo.abs",
+                fns: Fns { f32: Some(f32::abs), i32: Some(i32::wrapping_abs), u32: None, bool: None },
+            },
+            UnaryOp::Exp => float_unop("exp", "stablehlo.exponential", f32::exp),
+            UnaryOp::Log => float_unop("log", "stablehlo.log", f32::ln),
+            UnaryOp::Tanh => float_unop("tanh", "stablehlo.tanh", f32::tanh),
+            UnaryOp::Sqrt => float_unop("sqrt", "stablehlo.sqrt", f32::sqrt),
+            UnaryOp::Floor => float_unop("floor", "stablehlo.floor", f32::floor),
+            UnaryOp::Sin => float_unop("sin", "stablehlo.sine", f32::sin),
+            UnaryOp::Cos => float_unop("cos", "stablehlo.cosine", f32::cos),
+        }
+    }
+}
+
+/// A binary row on the numeric dtypes, integers wrapping.
+fn arith(name: &'static str, hlo: &'static str, f: fn(f32, f32) -> f32, i: fn(i32, i32) -> i32, u: fn(u32, u32) -> u32) -> BinaryRow {
+    Row { name, hlo, fns: Fns { f32: Some(f), i32: Some(i), u32: Some(u), bool: None } }
+}
+
+/// A binary row on bool and the integers.
+fn bitwise(name: &'static str, hlo: &'static str, i: fn(i32, i32) -> i32, u: fn(u32, u32) -> u32, b: fn(bool, bool) -> bool) -> BinaryRow {
+    Row { name, hlo, fns: Fns { f32: None, i32: Some(i), u32: Some(u), bool: Some(b) } }
+}
+
+/// A binary row on the integers only (shifts).
+fn shift(name: &'static str, hlo: &'static str, i: fn(i32, i32) -> i32, u: fn(u32, u32) -> u32) -> BinaryRow {
+    Row { name, hlo, fns: Fns { f32: None, i32: Some(i), u32: Some(u), bool: None } }
+}
+
+impl BinaryOp {
+    /// The operator's row of the table.
+    pub(super) fn rule(self) -> BinaryRow {
+        match self {
+            BinaryOp::Add => arith("add", "stablehlo.add", |a, b| a + b, i32::wrapping_add, u32::wrapping_add),
+            BinaryOp::Sub => arith("sub", "stablehlo.subtract", |a, b| a - b, i32::wrapping_sub, u32::wrapping_sub),
+            BinaryOp::Mul => arith("mul", "stablehlo.multiply", |a, b| a * b, i32::wrapping_mul, u32::wrapping_mul),
+            BinaryOp::Div => arith("div", "stablehlo.divide", |a, b| a / b, div_i32, div_u32),
+            BinaryOp::Rem => arith("rem", "stablehlo.remainder", |a, b| a % b, rem_i32, rem_u32),
+            BinaryOp::Pow => Row {
+                name: "pow",
+                hlo: "stablehlo.power",
+                fns: Fns { f32: Some(f32::powf), i32: None, u32: None, bool: None },
+            },
+            BinaryOp::Max => Row {
+                name: "max",
+                hlo: "stablehlo.maximum",
+                fns: Fns { f32: Some(max_f32), i32: Some(Ord::max), u32: Some(Ord::max), bool: Some(|a, b| a | b) },
+            },
+            BinaryOp::Min => Row {
+                name: "min",
+                hlo: "stablehlo.minimum",
+                fns: Fns { f32: Some(min_f32), i32: Some(Ord::min), u32: Some(Ord::min), bool: Some(|a, b| a & b) },
+            },
+            BinaryOp::And => bitwise("and", "stablehlo.and", |a, b| a & b, |a, b| a & b, |a, b| a & b),
+            BinaryOp::Or => bitwise("or", "stablehlo.or", |a, b| a | b, |a, b| a | b, |a, b| a | b),
+            BinaryOp::Xor => bitwise("xor", "stablehlo.xor", |a, b| a ^ b, |a, b| a ^ b, |a, b| a ^ b),
+            BinaryOp::ShiftLeft => shift(
+                "shift_left",
+                "stablehlo.shift_left",
+                |a, b| shl_u32(a as u32, b as u32) as i32,
+                shl_u32,
+            ),
+            BinaryOp::ShiftRightLogical => shift(
+                "shift_right_logical",
+                "stablehlo.shift_right_logical",
+                |a, b| shr_u32(a as u32, b as u32) as i32,
+                shr_u32,
+            ),
+        }
+    }
+}
+
+fn div_i32(a: i32, b: i32) -> i32 {
+    if b == 0 { -1 } else { a.wrapping_div(b) }
+}
+
+fn div_u32(a: u32, b: u32) -> u32 {
+    a.checked_div(b).unwrap_or(u32::MAX)
+}
+
+fn rem_i32(a: i32, b: i32) -> i32 {
+    if b == 0 { a } else { a.wrapping_rem(b) }
+}
+
+fn rem_u32(a: u32, b: u32) -> u32 {
+    a.checked_rem(b).unwrap_or(a)
+}
+
+fn shl_u32(a: u32, b: u32) -> u32 {
+    a.checked_shl(b).unwrap_or(0)
+}
+
+fn shr_u32(a: u32, b: u32) -> u32 {
+    a.checked_shr(b).unwrap_or(0)
+}
+
+/// NaN-propagating maximum; between equal values the first operand is returned, so
+/// `max(-0, +0)` is `-0` and `max(+0, -0)` is `+0` (XLA compares with `>=`).
+fn max_f32(a: f32, b: f32) -> f32 {
+    if a.is_nan() || a >= b { a } else { b }
+}
+
+/// NaN-propagating minimum, the mirror of [`max_f32`].
+fn min_f32(a: f32, b: f32) -> f32 {
+    if a.is_nan() || a <= b { a } else { b }
+}
+
+/// Applies a unary row to an array; the dtype is known to be supported.
+fn map1(row: &UnaryRow, x: &Array) -> Array {
+    fn go<T: Copy>(f: Option<fn(T) -> T>, v: &[T], name: &str) -> Vec<T> {
+        let f = f.unwrap_or_else(|| panic!("{name}: dtype not supported"));
+        v.iter().map(|&x| f(x)).collect()
+    }
+    let data = match &x.data {
+        Data::F32(v) => Data::F32(go(row.fns.f32, v, row.name)),
+        Data::I32(v) => Data::I32(go(row.fns.i32, v, row.name)),
+        Data::U32(v) => Data::U32(go(row.fns.u32, v, row.name)),
+        Data::Bool(v) => Data::Bool(go(row.fns.bool, v, row.name)),
+    };
+    Array::new(x.shape.clone(), data)
+}
+
+/// Applies a binary row to two arrays of one dtype and shape.
+fn map2(row: &BinaryRow, x: &Array, y: &Array) -> Array {
+    fn go<T: Copy>(f: Option<fn(T, T) -> T>, a: &[T], b: &[T], name: &str) -> Vec<T> {
+        let f = f.unwrap_or_else(|| panic!("{name}: dtype not supported"));
+        a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()
+    }
+    let data = match (&x.data, &y.data) {
+        (Data::F32(a), Data::F32(b)) => Data::F32(go(row.fns.f32, a, b, row.name)),
+        (Data::I32(a), Data::I32(b)) => Data::I32(go(row.fns.i32, a, b, row.name)),
+        (Data::U32(a), Data::U32(b)) => Data::U32(go(row.fns.u32, a, b, row.name)),
+        (Data::Bool(a), Data::Bool(b)) => Data::Bool(go(row.fns.bool, a, b, row.name)),
+        (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_), _) => {
+            panic!("{}: operands of different dtypes", row.name)
+        }
+    };
+    Array::new(x.shape.clone(), data)
+}
+
+/// The type rule shared by every elementwise operator: `arity` arguments of one type,
+/// whose dtype the operator supports.
+fn same_type<F, I, U, B>(row: &Row<F, I, U, B>, args: &[ArrayTy], arity: usize) -> Result<ArrayTy, String> {
+    expect_arity(row.name, args, arity)?;
+    let t = &args[0];
+    if let Some(other) = args.iter().find(|a| *a != t) {
+        return Err(format!("{}: operands must have the same type, got {t} and {other}", row.name));
+    }
+    if !row.fns.supports(t.dtype) {
+        return Err(format!("{} is not defined on {} (accepts {})", row.name, t.dtype, row.fns.accepted()));
+    }
+    Ok(t.clone())
+}
+
+impl Rules for Unary {
+    fn name(&self) -> &'static str {
+        self.op.rule().name
+    }
+
+    fn attrs(&self) -> String {
+        String::new()
+    }
+
+    fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
+        Ok(vec![same_type(&self.op.rule(), args, 1)?])
+    }
+
+    fn eval(&self, args: &[&Array]) -> Vec<Array> {
+        vec![map1(&self.op.rule(), args[0])]
+    }
+
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        vec![cx.op(self.op.rule().hlo, args, "", arg_tys, &outs[0])]
+    }
+}
+
+impl Rules for Binary {
+    fn name(&self) -> &'static str {
+        self.op.rule().name
+    }
+
+    fn attrs(&self) -> String {
+        String::new()
+    }
+
+    fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
+        Ok(vec![same_type(&self.op.rule(), args, 2)?])
+    }
+
+    fn eval(&self, args: &[&Array]) -> Vec<Array> {
+        vec![map2(&self.op.rule(), args[0], args[1])]
+    }
+
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        vec![cx.op(self.op.rule().hlo, args, "", arg_tys, &outs[0])]
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// compare
+
+impl CmpOp {
+    fn name(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+        }
+    }
+
+    /// StableHLO's `comparison_direction`.
+    fn direction(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "EQ",
+            CmpOp::Ne => "NE",
+            CmpOp::Lt => "LT",
+            CmpOp::Le => "LE",
+            CmpOp::Gt => "GT",
+            CmpOp::Ge => "GE",
+        }
+    }
+
+    fn apply<T: PartialOrd>(self, a: T, b: T) -> bool {
+        match self {
+            CmpOp::Eq => a == b,
+            CmpOp::Ne => a != b,
+            CmpOp::Lt => a < b,
+            CmpOp::Le => a <= b,
+            CmpOp::Gt => a > b,
+            CmpOp::Ge => a >= b,
+        }
+    }
+}
+
+/// StableHLO's `compare_type` for a dtype: it decides signedness and NaN handling.
+pub(super) fn compare_type(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "FLOAT",
+        DType::I32 => "SIGNED",
+        DType::U32 | DType::Bool => "UNSIGNED",
+    }
+}
+
+impl Rules for Compare {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+
+    fn attrs(&self) -> String {
+        String::new()
+    }
+
+    fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
+        expect_arity(self.name(), args, 2)?;
+        if args[0] != args[1] {
+            return Err(format!("{}: operands must have the same type, got {} and {}", self.name(), args[0], args[1]));
+        }
+        Ok(vec![ArrayTy::new(DType::Bool, args[0].shape.clone())])
+    }
+
+    fn eval(&self, args: &[&Array]) -> Vec<Array> {
+        fn go<T: PartialOrd + Copy>(op: CmpOp, a: &[T], b: &[T]) -> Vec<bool> {
+            a.iter().zip(b).map(|(&x, &y)| op.apply(x, y)).collect()
+        }
+        let out = match (&args[0].data, &args[1].data) {
+            (Data::F32(a), Data::F32(b)) => go(self.op, a, b),
+            (Data::I32(a), Data::I32(b)) => go(self.op, a, b),
+            (Data::U32(a), Data::U32(b)) => go(self.op, a, b),
+            (Data::Bool(a), Data::Bool(b)) => go(self.op, a, b),
+            (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_), _) => {
+                panic!("{}: operands of different dtypes", self.name())
+            }
+        };
+        vec![Array::new(args[0].shape.clone(), Data::Bool(out))]
+    }
+
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        let attrs = format!(
+            "comparison_direction = #stablehlo<comparison_direction {}>, compare_type = #stablehlo<comparison_type {}>",
+            self.op.direction(),
+            compare_type(arg_tys[0].dtype)
+        );
+        vec![cx.op("stablehlo.compare", args, &attrs, arg_tys, &outs[0])]
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// select
+
+impl Rules for Select {
+    fn name(&self) -> &'static str {
+        "select"
+    }
+
+    fn attrs(&self) -> String {
+        String::new()
+    }
+
+    fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
+        expect_arity("select", args, 3)?;
+        let (p, t, f) = (&args[0], &args[1], &args[2]);
+        if p.dtype != DType::Bool {
+            return Err(format!("select: the predicate must be bool, got {p}"));
+        }
+        if t != f {
+            return Err(format!("select: branches must have the same type, got {t} and {f}"));
+        }
+        if p.shape != t.shape {
+            return Err(format!("select: predicate {p} and branches {t} differ in shape"));
+        }
+        Ok(vec![t.clone()])
+    }
+
+    fn eval(&self, args: &[&Array]) -> Vec<Array> {
+        fn go<T: Copy>(p: &[bool], a: &[T], b: &[T]) -> Vec<T> {
+            p.iter().zip(a.iter().zip(b)).map(|(&c, (&x, &y))| if c { x } else { y }).collect()
+        }
+        let Data::Bool(p) = &args[0].data else { panic!("select: predicate is not bool") };
+        let data = match (&args[1].data, &args[2].data) {
+            (Data::F32(a), Data::F32(b)) => Data::F32(go(p, a, b)),
+            (Data::I32(a), Data::I32(b)) => Data::I32(go(p, a, b)),
+            (Data::U32(a), Data::U32(b)) => Data::U32(go(p, a, b)),
+            (Data::Bool(a), Data::Bool(b)) => Data::Bool(go(p, a, b)),
+            (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_), _) => {
+                panic!("select: branches of different dtypes")
+            }
+        };
+        vec![Array::new(args[1].shape.clone(), data)]
+    }
+
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        vec![cx.op("stablehlo.select", args, "", arg_tys, &outs[0])]
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// convert
+
+impl Rules for Convert {
+    fn name(&self) -> &'static str {
+        "convert"
+    }
+
+    fn attrs(&self) -> String {
+        format!("[to={}]", self.to)
+    }
+
+    fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
+        expect_arity("convert", args, 1)?;
+        Ok(vec![ArrayTy::new(self.to, args[0].shape.clone())])
+    }
+
+    fn eval(&self, args: &[&Array]) -> Vec<Array> {
+        let x = args[0];
+        // Rust's `as` from float to integer is exactly XLA's conversion: truncate toward
+        // zero, saturate, NaN to 0. Between i32 and u32 it reinterprets the bits.
+        let data = match (&x.data, self.to) {
+            (Data::F32(v), DType::F32) => Data::F32(v.clone()),
+            (Data::F32(v), DType::I32) => Data::I32(v.iter().map(|&a| a as i32).collect()),
+            (Data::F32(v), DType::U32) => Data::U32(v.iter().map(|&a| a as u32).collect()),
+            (Data::F32(v), DType::Bool) => Data::Bool(v.iter().map(|&a| a != 0.0).collect()),
+            (Data::I32(v), DType::F32) => Data::F32(v.iter().map(|&a| a as f32).collect()),
+            (Data::I32(v), DType::I32) => Data::I32(v.clone()),
+            (Data::I32(v), DType::U32) => Data::U32(v.iter().map(|&a| a as u32).collect()),
+            (Data::I32(v), DType::Bool) => Data::Bool(v.iter().map(|&a| a != 0).collect()),
+            (Data::U32(v), DType::F32) => Data::F32(v.iter().map(|&a| a as f32).collect()),
+            (Data::U32(v), DType::I32) => Data::I32(v.iter().map(|&a| a as i32).collect()),
+            (Data::U32(v), DType::U32) => Data::U32(v.clone()),
+            (Data::U32(v), DType::Bool) => Data::Bool(v.iter().map(|&a| a != 0).collect()),
+            (Data::Bool(v), DType::F32) => Data::F32(v.iter().map(|&a| f32::from(u8::from(a))).collect()),
+            (Data::Bool(v), DType::I32) => Data::I32(v.iter().map(|&a| i32::from(a)).collect()),
+            (Data::Bool(v), DType::U32) => Data::U32(v.iter().map(|&a| u32::from(a)).collect()),
+            (Data::Bool(v), DType::Bool) => Data::Bool(v.clone()),
+        };
+        vec![Array::new(x.shape.clone(), data)]
+    }
+
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        vec![cx.op("stablehlo.convert", args, "", arg_tys, &outs[0])]
+    }
+}

@@ -1,0 +1,121 @@
+//! Literal primitives, which take no arguments: constants and iota.
+
+use super::Rules;
+use super::util::{expect_arity, indices};
+use crate::array::{Array, ArrayTy, DType, Data};
+use crate::lower::stablehlo::LowerCx;
+
+/// A constant array. Lowered as `stablehlo.constant` with every float written so that it
+/// parses back to the same bits (NaN and infinities included).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Constant {
+    /// The value.
+    pub value: Array,
+}
+
+/// An array of type `ty` whose elements are their own index along `dim`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Iota {
+    /// The result type (f32, i32 or u32).
+    pub ty: ArrayTy,
+    /// The dimension that counts.
+    pub dim: usize,
+}
+
+/// Arrays longer than this print elided in the IR, to keep dumps readable.
+const PRINT_LIMIT: usize = 16;
+
+/// One element as the IR printer shows it: floats in Rust's shortest round-trip form
+/// (`1.0`, `-0.0`, `NaN`, `inf`).
+fn element(data: &Data, i: usize) -> String {
+    match data {
+        Data::F32(v) => format!("{:?}", v[i]),
+        Data::I32(v) => v[i].to_string(),
+        Data::U32(v) => v[i].to_string(),
+        Data::Bool(v) => v[i].to_string(),
+    }
+}
+
+/// The printer's text for an array value: nested lists following the shape, or the
+/// first elements and a count when it is long.
+fn value_text(a: &Array) -> String {
+    let n = a.data.len();
+    if n > PRINT_LIMIT {
+        let head: Vec<String> = (0..PRINT_LIMIT / 2).map(|i| element(&a.data, i)).collect();
+        return format!("[{}, … {n} elements]", head.join(", "));
+    }
+    fn nest(a: &Array, offset: usize, shape: &[usize]) -> String {
+        match shape.split_first() {
+            None => element(&a.data, offset),
+            Some((&len, rest)) => {
+                let chunk: usize = rest.iter().product();
+                let items: Vec<String> = (0..len).map(|i| nest(a, offset + i * chunk, rest)).collect();
+                format!("[{}]", items.join(", "))
+            }
+        }
+    }
+    nest(a, 0, &a.shape)
+}
+
+impl Rules for Constant {
+    fn name(&self) -> &'static str {
+        "constant"
+    }
+
+    fn attrs(&self) -> String {
+        format!("[{}]", value_text(&self.value))
+    }
+
+    fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
+        expect_arity("constant", args, 0)?;
+        if self.value.shape.iter().product::<usize>() != self.value.data.len() {
+            return Err(format!("constant: {} elements do not fill shape {:?}", self.value.data.len(), self.value.shape));
+        }
+        Ok(vec![self.value.ty()])
+    }
+
+    fn eval(&self, _args: &[&Array]) -> Vec<Array> {
+        vec![self.value.clone()]
+    }
+
+    fn lower(&self, cx: &mut LowerCx, _args: &[String], _arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
+        vec![cx.constant(&self.value)]
+    }
+}
+
+impl Rules for Iota {
+    fn name(&self) -> &'static str {
+        "iota"
+    }
+
+    fn attrs(&self) -> String {
+        format!("[dim={}]", self.dim)
+    }
+
+    fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
+        expect_arity("iota", args, 0)?;
+        if self.dim >= self.ty.rank() {
+            return Err(format!("iota: dim {} is out of range for {}", self.dim, self.ty));
+        }
+        if self.ty.dtype == DType::Bool {
+            return Err("iota is not defined on bool".to_string());
+        }
+        Ok(vec![self.ty.clone()])
+    }
+
+    fn eval(&self, _args: &[&Array]) -> Vec<Array> {
+        let k: Vec<usize> = indices(&self.ty.shape).map(|idx| idx[self.dim]).collect();
+        let data = match self.ty.dtype {
+            // Indices beyond 2^24 round in f32, exactly as the device's convert does.
+            DType::F32 => Data::F32(k.iter().map(|&i| i as f32).collect()),
+            DType::I32 => Data::I32(k.iter().map(|&i| i as i32).collect()),
+            DType::U32 => Data::U32(k.iter().map(|&i| i as u32).collect()),
+            DType::Bool => panic!("iota is not defined on bool"),
+        };
+        vec![Array::new(self.ty.shape.clone(), data)]
+    }
+
+    fn lower(&self, cx: &mut LowerCx, _args: &[String], _arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        vec![cx.op("stablehlo.iota", &[], &format!("iota_dimension = {} : i64", self.dim), &[], &outs[0])]
+    }
+}

@@ -1,0 +1,270 @@
+//! Reductions: sum, max and min over axes, and argmax along one axis.
+//!
+//! A reduction's combiner is a binary operator's row from [`super::elementwise`], so the
+//! reference evaluation combines elements with exactly the scalar function that the
+//! elementwise primitive uses (NaN propagation included), and the lowering puts that
+//! operator's StableHLO op in the `stablehlo.reduce` region.
+
+use super::Rules;
+use super::elementwise::{BinaryOp, BinaryRow, compare_type};
+use super::util::{check_axes, expect_arity, i64_array, indices, list, ravel, strides};
+use crate::array::{Array, ArrayTy, DType, Data};
+use crate::lower::stablehlo::{LowerCx, fn_type, tensor_type};
+
+/// A reduction operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    /// Sum (wrapping on integers; not defined on bool).
+    Sum,
+    /// Maximum: NaN-propagating on f32, `or` on bool; the empty maximum is `-inf`,
+    /// the dtype's minimum, or false.
+    Max,
+    /// Minimum: NaN-propagating on f32, `and` on bool; the empty minimum is `+inf`,
+    /// the dtype's maximum, or true.
+    Min,
+}
+
+/// Reduces the operand over `axes`, which are removed from the shape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reduce {
+    /// The operator.
+    pub op: ReduceOp,
+    /// The dimensions reduced, distinct.
+    pub axes: Vec<usize>,
+}
+
+/// The i32 index of the maximum along `axis`, which is removed from the shape.
+///
+/// Ties go to the first index. A NaN counts as larger than every number, so a slice
+/// holding NaN gives the index of its first NaN (as `jnp.argmax` does).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Argmax {
+    /// The dimension searched; it must not be empty.
+    pub axis: usize,
+}
+
+impl ReduceOp {
+    fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "reduce_sum",
+            ReduceOp::Max => "reduce_max",
+            ReduceOp::Min => "reduce_min",
+        }
+    }
+
+    /// The binary operator that combines two elements of dtype `d`; bool max and min
+    /// are `or` and `and`. `None` where the reduction is not defined.
+    fn combiner(self, d: DType) -> Option<BinaryOp> {
+        match (self, d) {
+            (ReduceOp::Sum, DType::Bool) => None,
+            (ReduceOp::Sum, DType::F32 | DType::I32 | DType::U32) => Some(BinaryOp::Add),
+            (ReduceOp::Max, DType::Bool) => Some(BinaryOp::Or),
+            (ReduceOp::Max, DType::F32 | DType::I32 | DType::U32) => Some(BinaryOp::Max),
+            (ReduceOp::Min, DType::Bool) => Some(BinaryOp::And),
+            (ReduceOp::Min, DType::F32 | DType::I32 | DType::U32) => Some(BinaryOp::Min),
+        }
+    }
+
+    /// The identity of the combiner: the result of reducing nothing.
+    fn init(self, d: DType) -> Array {
+        let data = match (self, d) {
+            (ReduceOp::Sum, DType::F32) => Data::F32(vec![0.0]),
+            (ReduceOp::Sum, DType::I32) => Data::I32(vec![0]),
+            (ReduceOp::Sum, DType::U32) => Data::U32(vec![0]),
+            (ReduceOp::Sum, DType::Bool) => Data::Bool(vec![false]),
+            (ReduceOp::Max, DType::F32) => Data::F32(vec![f32::NEG_INFINITY]),
+            (ReduceOp::Max, DType::I32) => Data::I32(vec![i32::MIN]),
+            (ReduceOp::Max, DType::U32) => Data::U32(vec![0]),
+            (ReduceOp::Max, DType::Bool) => Data::Bool(vec![false]),
+            (ReduceOp::Min, DType::F32) => Data::F32(vec![f32::INFINITY]),
+            (ReduceOp::Min, DType::I32) => Data::I32(vec![i32::MAX]),
+            (ReduceOp::Min, DType::U32) => Data::U32(vec![u32::MAX]),
+            (ReduceOp::Min, DType::Bool) => Data::Bool(vec![true]),
+        };
+        Array::new(vec![], data)
+    }
+}
+
+/// The shape left after removing `axes`.
+fn kept_shape(shape: &[usize], axes: &[usize]) -> Vec<usize> {
+    shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &n)| n).collect()
+}
+
+/// For every element of `shape` in row-major order, the flat position of the result
+/// element it reduces into.
+fn destinations<'a>(shape: &'a [usize], axes: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
+    let out_strides = strides(&kept_shape(shape, axes));
+    indices(shape).map(move |idx| {
+        let kept: Vec<usize> = idx.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &i)| i).collect();
+        ravel(&kept, &out_strides)
+    })
+}
+
+/// Folds the elements of `x` over `axes` with `row`'s scalar function, in row-major
+/// order, starting from `init`.
+fn fold(x: &Array, axes: &[usize], row: &BinaryRow, init: &Array) -> Array {
+    fn go<T: Copy>(v: &[T], init: &[T], f: Option<fn(T, T) -> T>, n: usize, dest: impl Iterator<Item = usize>) -> Vec<T> {
+        let f = f.expect("combiner defined on the dtype");
+        let mut out = vec![init[0]; n];
+        for (&x, o) in v.iter().zip(dest) {
+            out[o] = f(out[o], x);
+        }
+        out
+    }
+    let shape = kept_shape(&x.shape, axes);
+    let n = shape.iter().product();
+    let dest = destinations(&x.shape, axes);
+    let data = match (&x.data, &init.data) {
+        (Data::F32(v), Data::F32(i)) => Data::F32(go(v, i, row.fns.f32, n, dest)),
+        (Data::I32(v), Data::I32(i)) => Data::I32(go(v, i, row.fns.i32, n, dest)),
+        (Data::U32(v), Data::U32(i)) => Data::U32(go(v, i, row.fns.u32, n, dest)),
+        (Data::Bool(v), Data::Bool(i)) => Data::Bool(go(v, i, row.fns.bool, n, dest)),
+        (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_), _) => panic!("reduce: init of another dtype"),
+    };
+    Array::new(shape, data)
+}
+
+/// Emits a `stablehlo.reduce` of `x` over `axes` with `combiner` in its region.
+fn lower_reduce(cx: &mut LowerCx, x: &str, x_ty: &ArrayTy, init: &Array, combiner: BinaryOp, axes: &[usize]) -> String {
+    let init_name = cx.constant(init);
+    let scalar = ArrayTy::scalar(x_ty.dtype);
+    let out = ArrayTy::new(x_ty.dtype, kept_shape(&x_ty.shape, axes));
+    let mut dims = axes.to_vec();
+    dims.sort_unstable();
+    let r = cx.fresh();
+    cx.open(&format!("{r} = \"stablehlo.reduce\"({x}, {init_name}) <{{dimensions = {}}}> ({{", i64_array(&dims)));
+    let (a, b) = (cx.fresh(), cx.fresh());
+    let t = tensor_type(&scalar);
+    cx.line(&format!("^bb0({a}: {t}, {b}: {t}):"));
+    let c = cx.op(combiner.rule().hlo, &[a, b], "", &[scalar.clone(), scalar.clone()], &scalar);
+    cx.ret(&[c], std::slice::from_ref(&scalar));
+    cx.close(&format!("}}) : {}", fn_type(&[x_ty.clone(), scalar], &[out])));
+    r
+}
+
+impl Rules for Reduce {
+    fn name(&self) -> &'static str {
+        self.op.name()
+    }
+
+    fn attrs(&self) -> String {
+        format!("[axes={}]", list(&self.axes))
+    }
+
+    fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
+        expect_arity(self.name(), args, 1)?;
+        let x = &args[0];
+        if self.op.combiner(x.dtype).is_none() {
+            return Err(format!("{} is not defined on {}", self.name(), x.dtype));
+        }
+        check_axes(self.name(), "axis", &self.axes, x.rank())?;
+        Ok(vec![ArrayTy::new(x.dtype, kept_shape(&x.shape, &self.axes))])
+    }
+
+    fn eval(&self, args: &[&Array]) -> Vec<Array> {
+        let x = args[0];
+        let combiner = self.op.combiner(x.dtype()).expect("reduction defined on the dtype");
+        vec![fold(x, &self.axes, &combiner.rule(), &self.op.init(x.dtype()))]
+    }
+
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
+        let d = arg_tys[0].dtype;
+        let combiner = self.op.combiner(d).expect("reduction defined on the dtype");
+        vec![lower_reduce(cx, &args[0], &arg_tys[0], &self.op.init(d), combiner, &self.axes)]
+    }
+}
+
+impl Rules for Argmax {
+    fn name(&self) -> &'static str {
+        "argmax"
+    }
+
+    fn attrs(&self) -> String {
+        format!("[axis={}]", self.axis)
+    }
+
+    fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
+        expect_arity("argmax", args, 1)?;
+        let x = &args[0];
+        if self.axis >= x.rank() {
+            return Err(format!("argmax: axis {} is out of range for {x}", self.axis));
+        }
+        if x.shape[self.axis] == 0 {
+            return Err(format!("argmax: axis {} of {x} is empty", self.axis));
+        }
+        if x.shape[self.axis] > i32::MAX as usize {
+            return Err(format!("argmax: axis {} of {x} is too long for an i32 index", self.axis));
+        }
+        Ok(vec![ArrayTy::new(DType::I32, kept_shape(&x.shape, &[self.axis]))])
+    }
+
+    fn eval(&self, args: &[&Array]) -> Vec<Array> {
+        /// First index of the maximum in each lane; a NaN wins and stops the search.
+        fn go<T: Copy + PartialOrd>(v: &[T], shape: &[usize], axis: usize, is_nan: fn(T) -> bool) -> Vec<i32> {
+            let st = strides(shape);
+            let lanes = kept_shape(shape, &[axis]);
+            indices(&lanes)
+                .map(|lane| {
+                    let mut idx = lane.clone();
+                    idx.insert(axis, 0);
+                    let base = ravel(&idx, &st);
+                    let at = |j: usize| v[base + j * st[axis]];
+                    let mut best = 0;
+                    for j in 1..shape[axis] {
+                        if is_nan(at(best)) {
+                            break;
+                        }
+                        if is_nan(at(j)) || at(j) > at(best) {
+                            best = j;
+                        }
+                    }
+                    best as i32
+                })
+                .collect()
+        }
+        let x = args[0];
+        let (s, a) = (&x.shape, self.axis);
+        let out = match &x.data {
+            Data::F32(v) => go(v, s, a, f32::is_nan),
+            Data::I32(v) => go(v, s, a, |_| false),
+            Data::U32(v) => go(v, s, a, |_| false),
+            Data::Bool(v) => go(v, s, a, |_| false),
+        };
+        vec![Array::new(kept_shape(s, &[a]), Data::I32(out))]
+    }
+
+    /// StableHLO has no argmax. Rather than a variadic reduce over (value, index) pairs,
+    /// whose result with NaNs or ties would depend on the order XLA combines elements
+    /// in, this lowers to order-independent steps:
+    /// `m = max(x)`, `hit = x == m | x != x`, `argmax = min(select(hit, iota, n))`.
+    /// A NaN makes `m` NaN, and then only NaNs are hits, so the first NaN wins.
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
+        let (x, t) = (&args[0], &arg_tys[0]);
+        let axis = self.axis;
+        let d = t.dtype;
+        let max_op = ReduceOp::Max.combiner(d).expect("max is defined on every dtype");
+        let m = lower_reduce(cx, x, t, &ReduceOp::Max.init(d), max_op, &[axis]);
+        let m_ty = ArrayTy::new(d, kept_shape(&t.shape, &[axis]));
+        let dims: Vec<usize> = (0..t.rank()).filter(|&k| k != axis).collect();
+        let mb = cx.op("stablehlo.broadcast_in_dim", &[m], &format!("broadcast_dimensions = {}", i64_array(&dims)), &[m_ty], t);
+        let mask_ty = ArrayTy::new(DType::Bool, t.shape.clone());
+        let cmp = |cx: &mut LowerCx, dir: &str, a: &str, b: &str| {
+            let attrs = format!(
+                "comparison_direction = #stablehlo<comparison_direction {dir}>, compare_type = #stablehlo<comparison_type {}>",
+                compare_type(d)
+            );
+            cx.op("stablehlo.compare", &[a.to_string(), b.to_string()], &attrs, &[t.clone(), t.clone()], &mask_ty)
+        };
+        let mut hit = cmp(cx, "EQ", x, &mb);
+        if d == DType::F32 {
+            let nan = cmp(cx, "NE", x, x);
+            hit = cx.op("stablehlo.or", &[hit, nan], "", &[mask_ty.clone(), mask_ty.clone()], &mask_ty);
+        }
+        let idx_ty = ArrayTy::new(DType::I32, t.shape.clone());
+        let iota = cx.op("stablehlo.iota", &[], &format!("iota_dimension = {axis} : i64"), &[], &idx_ty);
+        let n = i32::try_from(t.shape[axis]).expect("infer bounds the axis length");
+        let none = cx.splat(&Array::i32(vec![], vec![n]), &idx_ty);
+        let cand = cx.op("stablehlo.select", &[hit, iota, none], "", &[mask_ty, idx_ty.clone(), idx_ty.clone()], &idx_ty);
+        vec![lower_reduce(cx, &cand, &idx_ty, &ReduceOp::Min.init(DType::I32), BinaryOp::Min, &[axis])]
+    }
+}

@@ -1,0 +1,313 @@
+//! Clients, devices and executables: the safe face of the binding.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::buffer::Buffer;
+use super::ffi::{self, ClientHandle, ExecutableHandle};
+use crate::array::Array;
+use crate::runtime::{Result, RuntimeError};
+
+/// Options for [`Client::new`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClientOptions {
+    /// How many devices the CPU plugin should make (its `cpu_device_count` create
+    /// option). `None` leaves the plugin's default (4 on the CPU plugin) and passes no
+    /// option, which is what other plugins need: they reject options they do not know.
+    pub cpu_device_count: Option<usize>,
+}
+
+/// A PJRT C API version, printed as `major.minor` (e.g. `0.106`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ApiVersion {
+    /// Incremented on ABI breaks (0 so far).
+    pub major: i32,
+    /// Incremented when the API grows.
+    pub minor: i32,
+}
+
+impl fmt::Display for ApiVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// An addressable device of a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Device {
+    /// Position in [`Client::devices`]; the index that [`Client::upload`] and
+    /// [`Client::compile_on`] take.
+    pub index: usize,
+    /// The plugin's device id (unique among the client's devices).
+    pub id: i32,
+    /// The kind of device, e.g. "cpu" or a GPU model name.
+    pub kind: String,
+    /// A short description, e.g. "CpuDevice(id=0)".
+    pub description: String,
+}
+
+/// A PJRT client: one plugin's view of the devices of this process.
+///
+/// Cheap to clone (the plugin's client is shared) and usable from several threads at
+/// once: PJRT clients are thread-safe, as JAX relies on. Buffers and executables keep the
+/// underlying client alive, so they may outlive this handle.
+#[derive(Clone)]
+pub struct Client {
+    handle: Arc<ClientHandle>,
+    plugin: PathBuf,
+    devices: Vec<Device>,
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client")
+            .field("plugin", &self.plugin)
+            .field("platform", &self.platform_name())
+            .field("api_version", &self.api_version().to_string())
+            .field("devices", &self.devices.len())
+            .finish()
+    }
+}
+
+impl Client {
+    /// Loads the plugin at `plugin` (once per process; it is never unloaded) and creates
+    /// a client on it.
+    pub fn new(plugin: &Path, options: ClientOptions) -> Result<Client> {
+        let api = ffi::load(plugin)?;
+        let mut int_options = Vec::new();
+        if let Some(count) = options.cpu_device_count {
+            let count = i64::try_from(count).map_err(|_| {
+                RuntimeError::Usage(format!("cpu_device_count {count} is too large"))
+            })?;
+            int_options.push(("cpu_device_count", count));
+        }
+        let handle = Arc::new(ClientHandle::create(api, &int_options)?);
+        let devices = handle
+            .device_infos()
+            .iter()
+            .enumerate()
+            .map(|(index, info)| Device {
+                index,
+                id: info.id,
+                kind: info.kind.clone(),
+                description: info.description.clone(),
+            })
+            .collect();
+        Ok(Client {
+            handle,
+            plugin: plugin.to_path_buf(),
+            devices,
+        })
+    }
+
+    /// The plugin's platform, e.g. "cpu" or "cuda".
+    pub fn platform_name(&self) -> &str {
+        self.handle.platform_name()
+    }
+
+    /// The PJRT C API version the plugin was built with.
+    pub fn api_version(&self) -> ApiVersion {
+        let (major, minor) = self.handle.api().version();
+        ApiVersion { major, minor }
+    }
+
+    /// The path the plugin was loaded from.
+    pub fn plugin_path(&self) -> &Path {
+        &self.plugin
+    }
+
+    /// The devices this process can use, in the plugin's order.
+    pub fn devices(&self) -> &[Device] {
+        &self.devices
+    }
+
+    /// Compiles StableHLO MLIR text for `num_replicas` replicas, placed on devices
+    /// `0..num_replicas`. The module's `mhlo.num_replicas` attribute, if any, must agree.
+    pub fn compile(&self, mlir: &str, num_replicas: usize) -> Result<Executable> {
+        let devices: Vec<usize> = (0..num_replicas).collect();
+        self.compile_on(mlir, &devices)
+    }
+
+    /// Compiles StableHLO MLIR text with one replica on each of `devices` (device
+    /// indices, distinct): replica `r` runs on `devices[r]`.
+    pub fn compile_on(&self, mlir: &str, devices: &[usize]) -> Result<Executable> {
+        if devices.is_empty() {
+            return Err(RuntimeError::Usage(
+                "a program needs at least one replica".into(),
+            ));
+        }
+        let mut ids = Vec::with_capacity(devices.len());
+        for (i, &index) in devices.iter().enumerate() {
+            let device = self.devices.get(index).ok_or(RuntimeError::NoSuchDevice {
+                index,
+                count: self.devices.len(),
+            })?;
+            if devices[..i].contains(&index) {
+                return Err(RuntimeError::Usage(format!(
+                    "device {index} is given to two replicas"
+                )));
+            }
+            ids.push(i64::from(device.id));
+        }
+        let handle = self.handle.compile(mlir, &compile_options(&ids))?;
+        Ok(Executable { handle })
+    }
+
+    /// Copies `array` to device `device` (an index into [`Client::devices`]).
+    pub fn upload(&self, array: &Array, device: usize) -> Result<Buffer> {
+        Buffer::upload(&self.handle, array, device)
+    }
+}
+
+/// A compiled program, ready to run on the devices it was compiled for.
+///
+/// May be executed from several threads at once.
+pub struct Executable {
+    handle: ExecutableHandle,
+}
+
+impl fmt::Debug for Executable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Executable")
+            .field("devices", &self.devices())
+            .field("num_outputs", &self.num_outputs())
+            .finish()
+    }
+}
+
+impl Executable {
+    /// How many replicas (devices) each execution runs on.
+    pub fn num_replicas(&self) -> usize {
+        self.handle.devices().len()
+    }
+
+    /// How many outputs each replica produces (the results of `main`).
+    pub fn num_outputs(&self) -> usize {
+        self.handle.num_outputs()
+    }
+
+    /// The device index of each replica.
+    pub fn devices(&self) -> &[usize] {
+        self.handle.devices()
+    }
+
+    /// Runs a single-replica executable and waits for it. The arguments must live on
+    /// the executable's device. An argument the program donates (`tf.aliasing_output`)
+    /// is consumed: its buffer is deleted and later use of it is an error.
+    pub fn execute(&self, args: &[&Buffer]) -> Result<Vec<Buffer>> {
+        if self.num_replicas() != 1 {
+            return Err(RuntimeError::Usage(format!(
+                "execute runs one replica, but this executable has {}; use execute_replicated",
+                self.num_replicas()
+            )));
+        }
+        let mut outputs = self.execute_replicated(&[args.to_vec()])?;
+        Ok(outputs.pop().unwrap_or_default())
+    }
+
+    /// Runs every replica, `args[r]` being the arguments of replica `r` (on device
+    /// `devices()[r]`), and waits for all of them. Returns the outputs per replica.
+    pub fn execute_replicated(&self, args: &[Vec<&Buffer>]) -> Result<Vec<Vec<Buffer>>> {
+        let lists: Vec<Vec<&ffi::BufferHandle>> = args
+            .iter()
+            .map(|list| list.iter().map(|b| b.handle()).collect())
+            .collect();
+        let outputs = self.handle.execute(&lists)?;
+        outputs
+            .into_iter()
+            .zip(self.handle.devices())
+            .map(|(list, &device)| {
+                list.into_iter()
+                    .map(|handle| Buffer::from_handle(handle, device))
+                    .collect()
+            })
+            .collect()
+    }
+}
+
+/// A serialized `xla.CompileOptionsProto` with `executable_build_options` holding
+/// `num_replicas` = number of ids, `num_partitions` = 1 and a `device_assignment` placing
+/// replica `r` on device id `device_ids[r]`. The plugin aborts the process on empty
+/// options, so both counts are always set.
+fn compile_options(device_ids: &[i64]) -> Vec<u8> {
+    let replicas = device_ids.len() as u64;
+    // DeviceAssignmentProto.ComputationDevice: replica_device_ids = 1 (repeated int64)
+    let mut computation = Vec::new();
+    for &id in device_ids {
+        put_varint_field(&mut computation, 1, id as u64);
+    }
+    // DeviceAssignmentProto: replica_count = 1, computation_count = 2,
+    // computation_devices = 3 (one per partition)
+    let mut assignment = Vec::new();
+    put_varint_field(&mut assignment, 1, replicas);
+    put_varint_field(&mut assignment, 2, 1);
+    put_bytes_field(&mut assignment, 3, &computation);
+    // ExecutableBuildOptionsProto: num_replicas = 4, num_partitions = 5,
+    // device_assignment = 9
+    let mut build = Vec::new();
+    put_varint_field(&mut build, 4, replicas);
+    put_varint_field(&mut build, 5, 1);
+    put_bytes_field(&mut build, 9, &assignment);
+    // CompileOptionsProto: executable_build_options = 3
+    let mut options = Vec::new();
+    put_bytes_field(&mut options, 3, &build);
+    options
+}
+
+fn put_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// A field of wire type 0 (varint).
+fn put_varint_field(out: &mut Vec<u8>, field: u64, value: u64) {
+    put_varint(out, field << 3);
+    put_varint(out, value);
+}
+
+/// A field of wire type 2 (length-delimited: bytes or a nested message).
+fn put_bytes_field(out: &mut Vec<u8>, field: u64, bytes: &[u8]) {
+    put_varint(out, (field << 3) | 2);
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints() {
+        let mut out = Vec::new();
+        put_varint(&mut out, 0);
+        put_varint(&mut out, 1);
+        put_varint(&mut out, 127);
+        put_varint(&mut out, 128);
+        put_varint(&mut out, 300);
+        assert_eq!(out, [0x00, 0x01, 0x7f, 0x80, 0x01, 0xac, 0x02]);
+    }
+
+    #[test]
+    fn compile_options_bytes() {
+        // The measured minimum (`1a 04 20 01 28 01`) followed, inside the build options,
+        // by the device assignment: replica_count 1, computation_count 1, devices [0].
+        assert_eq!(
+            compile_options(&[0]),
+            [
+                0x1a, 0x0e, 0x20, 0x01, 0x28, 0x01, 0x4a, 0x08, 0x08, 0x01, 0x10, 0x01, 0x1a, 0x02,
+                0x08, 0x00
+            ]
+        );
+        assert_eq!(
+            compile_options(&[0, 1]),
+            [
+                0x1a, 0x10, 0x20, 0x02, 0x28, 0x01, 0x4a, 0x0a, 0x08, 0x02, 0x10, 0x01, 0x1a, 0x04,
+                0x08, 0x00, 0x08, 0x01
+            ]
+        );
+    }
+}

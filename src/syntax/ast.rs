@@ -1,0 +1,201 @@
+//! The untyped syntax tree, exactly as written, with a span on every node.
+//!
+//! Names are plain strings here; `types::check` resolves them. Nothing in this
+//! module knows about dtypes beyond their spelling.
+
+use crate::syntax::span::Span;
+
+/// A name with the place it was written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ident {
+    pub name: String,
+    pub span: Span,
+}
+
+/// One source file: its `use` declarations and its items, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Module {
+    pub uses: Vec<Use>,
+    pub items: Vec<Item>,
+}
+
+/// `use std::nn::{Mlp, mlp};` or `use basics::dense::Dense;`
+///
+/// `path` is the module path (`["std", "nn"]`), `names` the imported items.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Use {
+    pub path: Vec<Ident>,
+    pub names: Vec<Ident>,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    Const(Const),
+    Struct(Struct),
+    Fn(Fn),
+}
+
+/// `const ROWS: i32 = 10;`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Const {
+    pub name: Ident,
+    pub ty: Type,
+    pub value: Expr,
+    pub span: Span,
+}
+
+/// `struct Dense<I, O> { w: f32[I, O], b: f32[O] }`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Struct {
+    pub name: Ident,
+    /// Generic size parameters.
+    pub generics: Vec<Ident>,
+    pub fields: Vec<(Ident, Type)>,
+    pub span: Span,
+}
+
+/// `fn dense<I, O>(p: Dense<I, O>, x: f32[I]) -> f32[O] { ... }`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fn {
+    pub name: Ident,
+    /// Generic size parameters, inferred at call sites.
+    pub generics: Vec<Ident>,
+    pub params: Vec<(Ident, Type)>,
+    pub ret: Type,
+    pub body: Block,
+    pub span: Span,
+}
+
+/// A written type.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TypeKind {
+    /// `f32`, `i32[3]`, `bool[N, 4]`: a dtype name and its dimensions (empty for scalars).
+    Array { dtype: Ident, dims: Vec<DimExpr> },
+    /// `(f32, i32[3])`; `()` is the empty tuple.
+    Tuple(Vec<Type>),
+    /// `Dense<4, O>`: a struct name and its size arguments.
+    Named { name: Ident, args: Vec<DimExpr> },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Type {
+    pub kind: TypeKind,
+    pub span: Span,
+}
+
+/// A dimension as written: a literal size or the name of a const or size parameter.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DimExpr {
+    Lit(u64, Span),
+    Name(Ident),
+}
+
+/// `{ let a = x; let (b, c) = y; a + b }`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    pub stmts: Vec<Let>,
+    pub value: Box<Expr>,
+    pub span: Span,
+}
+
+/// `let PAT (: TYPE)? = EXPR;`
+#[derive(Clone, Debug, PartialEq)]
+pub struct Let {
+    pub pat: Pat,
+    pub ty: Option<Type>,
+    pub value: Expr,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Pat {
+    /// `x`
+    Name(Ident),
+    /// `_`
+    Wild(Span),
+    /// `(a, (b, _))`
+    Tuple(Vec<Pat>, Span),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    /// `**`
+    Pow,
+    /// `@`: matrix and vector products.
+    MatMul,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    /// `&&`, elementwise on bool (both sides are evaluated).
+    And,
+    /// `||`, elementwise on bool (both sides are evaluated).
+    Or,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnOp {
+    Neg,
+    Not,
+}
+
+/// One position inside `x[...]`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Index {
+    /// `x[i]`: a scalar integer, possibly computed at run time; drops the axis.
+    At(Expr),
+    /// `x[a:b]`, `x[:b]`, `x[a:]`, `x[:]`: a static range; keeps the axis.
+    Range { start: Option<Expr>, end: Option<Expr>, span: Span },
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum ExprKind {
+    /// `42`
+    Int(u64),
+    /// `1.5`, `1e-3`
+    Float(f64),
+    /// `true`, `false`
+    Bool(bool),
+    /// `x`, `ROWS`
+    Name(Ident),
+    /// `[a, b, c]`
+    Array(Vec<Expr>),
+    /// `(a, b)`; `()` is the empty tuple. `(a)` is just `a` and has no node.
+    Tuple(Vec<Expr>),
+    /// `Dense { w: ..., b }`: field shorthand `b` means `b: b`.
+    Struct { name: Ident, fields: Vec<(Ident, Expr)> },
+    /// `e.name`
+    Field(Box<Expr>, Ident),
+    /// `e.0`
+    TupleField(Box<Expr>, u32, Span),
+    /// `f(a, b)`
+    Call { func: Ident, args: Vec<Expr> },
+    /// `e.f(a, b)`, which means `f(e, a, b)`.
+    Method { receiver: Box<Expr>, method: Ident, args: Vec<Expr> },
+    /// `e[i, :, a:b]`
+    Index(Box<Expr>, Vec<Index>),
+    Unary(UnOp, Box<Expr>),
+    Binary(BinOp, Box<Expr>, Box<Expr>),
+    /// `e as f32`
+    Cast(Box<Expr>, Ident),
+    /// `if c { a } else { b }`; `else if` nests another `If` in `else_`.
+    If { cond: Box<Expr>, then: Block, else_: Box<Expr> },
+    /// `for i in LO..HI carry PAT = INIT { BODY }`: the body's value is the next carry,
+    /// and the loop's value is the last carry.
+    For { var: Pat, lo: Box<Expr>, hi: Box<Expr>, carry: Pat, init: Box<Expr>, body: Block },
+    Block(Block),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Expr {
+    pub kind: ExprKind,
+    pub span: Span,
+}

@@ -1,0 +1,261 @@
+//! The tokens of `.pod` source, recognised by a logos-generated automaton.
+//!
+//! [`lexer::lex`](crate::syntax::lexer::lex) wraps this automaton: it turns its errors into
+//! diagnostics and keeps going, so the parser only ever sees valid tokens.
+
+use logos::{Lexer, Logos};
+
+/// What can go wrong inside one token. The lexer turns each into a diagnostic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LexError {
+    /// A character that starts no token (`$`, `#`, a lone `&`).
+    #[default]
+    InvalidChar,
+    /// A `/*` whose `*/` never comes.
+    UnterminatedComment,
+    /// An integer literal above `u64::MAX`.
+    IntTooLarge,
+}
+
+/// One token. Whitespace and comments are skipped; nothing else is.
+#[derive(Logos, Clone, Copy, Debug, PartialEq)]
+#[logos(error = LexError)]
+#[logos(skip r"[ \t\r\n\f]+")]
+#[logos(skip r"//[^\n]*")]
+#[logos(skip("/\\*", callback = block_comment))]
+pub enum Tok<'s> {
+    /// `x`, `Dense`, `f32`: dtype names are ordinary identifiers.
+    #[regex("[A-Za-z_][A-Za-z0-9_]*")]
+    Name(&'s str),
+    /// `42`, `1_000`.
+    #[regex("[0-9][0-9_]*", |lex| parse_int(lex.slice()))]
+    Int(u64),
+    /// `1.5`, `1e-3`, `2.5E+4`. A dot must be followed by a digit, so `0..10` is not a float.
+    #[regex(r"[0-9][0-9_]*\.[0-9][0-9_]*([eE][+-]?[0-9][0-9_]*)?", |lex| parse_float(lex.slice()))]
+    #[regex(r"[0-9][0-9_]*[eE][+-]?[0-9][0-9_]*", |lex| parse_float(lex.slice()))]
+    Float(f64),
+    /// The wildcard `_` (while `_x` is a name).
+    #[token("_")]
+    Underscore,
+
+    // keywords
+    #[token("use")]
+    Use,
+    #[token("const")]
+    Const,
+    #[token("struct")]
+    Struct,
+    #[token("fn")]
+    Fn,
+    #[token("let")]
+    Let,
+    #[token("if")]
+    If,
+    #[token("else")]
+    Else,
+    #[token("for")]
+    For,
+    #[token("in")]
+    In,
+    #[token("carry")]
+    Carry,
+    #[token("as")]
+    As,
+    #[token("true")]
+    True,
+    #[token("false")]
+    False,
+
+    // delimiters
+    #[token("(")]
+    LParen,
+    #[token(")")]
+    RParen,
+    #[token("[")]
+    LBracket,
+    #[token("]")]
+    RBracket,
+    #[token("{")]
+    LBrace,
+    #[token("}")]
+    RBrace,
+
+    // punctuation
+    #[token(",")]
+    Comma,
+    #[token(";")]
+    Semi,
+    #[token(":")]
+    Colon,
+    #[token("::")]
+    PathSep,
+    #[token(".")]
+    Dot,
+    #[token("..")]
+    DotDot,
+    #[token("->")]
+    Arrow,
+    #[token("=")]
+    Assign,
+
+    // operators
+    #[token("+")]
+    Plus,
+    #[token("-")]
+    Minus,
+    #[token("*")]
+    Star,
+    #[token("/")]
+    Slash,
+    #[token("%")]
+    Percent,
+    #[token("**")]
+    StarStar,
+    #[token("@")]
+    At,
+    #[token("==")]
+    EqEq,
+    #[token("!=")]
+    Ne,
+    #[token("<")]
+    Lt,
+    #[token("<=")]
+    Le,
+    #[token(">")]
+    Gt,
+    #[token(">=")]
+    Ge,
+    #[token("&&")]
+    AndAnd,
+    #[token("||")]
+    OrOr,
+    #[token("!")]
+    Bang,
+}
+
+/// Skips a block comment whose `/*` was just matched. Block comments nest, as in Rust,
+/// so `/* a /* b */ c */` is one comment; logos regexes cannot count, hence this callback.
+fn block_comment<'s>(lex: &mut Lexer<'s, Tok<'s>>) -> Result<(), LexError> {
+    let rest = lex.remainder().as_bytes();
+    let mut depth = 1usize;
+    let mut i = 0;
+    while let (Some(&a), Some(&b)) = (rest.get(i), rest.get(i + 1)) {
+        match (a, b) {
+            (b'/', b'*') => {
+                depth += 1;
+                i += 2;
+            }
+            (b'*', b'/') => {
+                depth -= 1;
+                i += 2;
+                if depth == 0 {
+                    lex.bump(i);
+                    return Ok(());
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    // Swallow the rest of the file: it is all comment, and lexing it would only add noise.
+    lex.bump(rest.len());
+    Err(LexError::UnterminatedComment)
+}
+
+/// Parses the digits (and `_` separators) of an integer literal.
+pub(crate) fn parse_int(digits: &str) -> Result<u64, LexError> {
+    digits.chars().filter(|&c| c != '_').try_fold(0u64, |n, c| {
+        let d = c.to_digit(10).ok_or(LexError::InvalidChar)?;
+        n.checked_mul(10).and_then(|n| n.checked_add(u64::from(d))).ok_or(LexError::IntTooLarge)
+    })
+}
+
+/// Parses a float literal already validated by the regex; too large a value becomes infinity.
+fn parse_float(text: &str) -> Option<f64> {
+    text.replace('_', "").parse().ok()
+}
+
+impl Tok<'_> {
+    /// The token's spelling for messages, when it is always spelt the same way.
+    pub fn fixed_text(&self) -> Option<&'static str> {
+        Some(match self {
+            Tok::Name(_) | Tok::Int(_) | Tok::Float(_) => return None,
+            Tok::Underscore => "_",
+            Tok::Use => "use",
+            Tok::Const => "const",
+            Tok::Struct => "struct",
+            Tok::Fn => "fn",
+            Tok::Let => "let",
+            Tok::If => "if",
+            Tok::Else => "else",
+            Tok::For => "for",
+            Tok::In => "in",
+            Tok::Carry => "carry",
+            Tok::As => "as",
+            Tok::True => "true",
+            Tok::False => "false",
+            Tok::LParen => "(",
+            Tok::RParen => ")",
+            Tok::LBracket => "[",
+            Tok::RBracket => "]",
+            Tok::LBrace => "{",
+            Tok::RBrace => "}",
+            Tok::Comma => ",",
+            Tok::Semi => ";",
+            Tok::Colon => ":",
+            Tok::PathSep => "::",
+            Tok::Dot => ".",
+            Tok::DotDot => "..",
+            Tok::Arrow => "->",
+            Tok::Assign => "=",
+            Tok::Plus => "+",
+            Tok::Minus => "-",
+            Tok::Star => "*",
+            Tok::Slash => "/",
+            Tok::Percent => "%",
+            Tok::StarStar => "**",
+            Tok::At => "@",
+            Tok::EqEq => "==",
+            Tok::Ne => "!=",
+            Tok::Lt => "<",
+            Tok::Le => "<=",
+            Tok::Gt => ">",
+            Tok::Ge => ">=",
+            Tok::AndAnd => "&&",
+            Tok::OrOr => "||",
+            Tok::Bang => "!",
+        })
+    }
+
+    /// Whether the token is a keyword (messages call it "keyword `let`").
+    pub fn is_keyword(&self) -> bool {
+        matches!(
+            self,
+            Tok::Use
+                | Tok::Const
+                | Tok::Struct
+                | Tok::Fn
+                | Tok::Let
+                | Tok::If
+                | Tok::Else
+                | Tok::For
+                | Tok::In
+                | Tok::Carry
+                | Tok::As
+                | Tok::True
+                | Tok::False
+        )
+    }
+
+
+    /// How messages name the token, given its source text: "`;`", "keyword `let`",
+    /// "identifier `x`", "integer `1_000`".
+    pub fn describe(&self, text: &str) -> String {
+        match self {
+            Tok::Name(_) => format!("identifier `{text}`"),
+            Tok::Int(_) => format!("integer `{text}`"),
+            Tok::Float(_) => format!("float `{text}`"),
+            tok if tok.is_keyword() => format!("keyword `{text}`"),
+            _ => format!("`{text}`"),
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! Errors of name resolution and type checking, as data. `into_diag` is the one place
+//! that words them.
+
+use super::Ty;
+use crate::diag::Diag;
+use crate::syntax::span::Span;
+
+#[derive(Clone, Debug)]
+pub enum TypeError {
+    UnknownName { name: String, span: Span, similar: Option<String> },
+    UnknownType { name: String, span: Span },
+    UnknownModule { path: String, span: Span, looked_in: String },
+    UnknownImport { module: String, name: String, span: Span },
+    Duplicate { name: String, span: Span, first: Span },
+    Arity { what: String, expected: usize, found: usize, span: Span, decl: Option<Span> },
+    DTypeMismatch { op: String, left: Ty, right: Ty, span: Span, left_span: Span, right_span: Span },
+    BroadcastMismatch { op: String, left: Ty, right: Ty, left_span: Span, right_span: Span },
+    MatMulMismatch { left: Ty, right: Ty, left_span: Span, right_span: Span, detail: String },
+    Mismatch { expected: Ty, found: Ty, span: Span, because: Option<(Span, String)> },
+    BranchMismatch { then_ty: Ty, else_ty: Ty, then_span: Span, else_span: Span },
+    CannotInferSize { param: String, func: String, span: Span },
+    SizeConflict { param: String, first: String, second: String, span: Span },
+    UnknownField { ty: Ty, field: String, span: Span, fields: Vec<String> },
+    MissingField { ty: String, field: String, span: Span },
+    NotAStruct { ty: Ty, field: String, span: Span },
+    NotATuple { ty: Ty, span: Span },
+    TupleIndex { ty: Ty, index: u32, span: Span },
+    NotStatic { what: String, span: Span },
+    BadOperand { op: String, ty: Ty, span: Span, expected: String },
+    BadIndex { detail: String, span: Span },
+    BadAxis { axis: i64, rank: usize, span: Span },
+    Reshape { from: Ty, to: String, span: Span },
+    PatternMismatch { ty: Ty, span: Span, detail: String },
+    Recursive { name: String, span: Span },
+    NotAValue { name: String, span: Span },
+    LiteralRange { value: String, ty: String, span: Span },
+    Entry { detail: String, span: Span },
+}
+
+impl TypeError {
+    pub fn into_diag(self) -> Diag {
+        use TypeError as E;
+        match self {
+            E::UnknownName { name, span, similar } => {
+                let d = Diag::new("E0101", format!("cannot find `{name}` in this scope"), span, "not found");
+                match similar {
+                    Some(s) => d.with_help(format!("a name with a similar spelling exists: `{s}`")),
+                    None => d,
+                }
+            }
+            E::UnknownType { name, span } => Diag::new("E0102", format!("unknown type `{name}`"), span, "not a dtype or struct")
+                .with_help("dtypes are `f32`, `i32`, `u32` and `bool`; structs must be declared or imported with `use`"),
+            E::UnknownModule { path, span, looked_in } => {
+                Diag::new("E0103", format!("unresolved module `{path}`"), span, "no such module")
+                    .with_note(format!("looked for {looked_in}"))
+            }
+            E::UnknownImport { module, name, span } => {
+                Diag::new("E0104", format!("no item `{name}` in module `{module}`"), span, "not found in that module")
+            }
+            E::Duplicate { name, span, first } => Diag::new("E0105", format!("`{name}` is defined more than once"), span, "defined again here")
+                .with_label(first, "first defined here"),
+            E::Arity { what, expected, found, span, decl } => {
+                let s = |n: usize| if n == 1 { "" } else { "s" };
+                let d = Diag::new(
+                    "E0201",
+                    format!("{what} takes {expected} argument{}, but {found} {} given", s(expected), if found == 1 { "was" } else { "were" }),
+                    span,
+                    format!("expected {expected} argument{}", s(expected)),
+                );
+                match decl {
+                    Some(decl) => d.with_label(decl, "defined here"),
+                    None => d,
+                }
+            }
+            E::DTypeMismatch { op, left, right, span: _, left_span, right_span } => Diag::new(
+                "E0202",
+                format!("mismatched dtypes in `{op}`: `{left}` and `{right}`"),
+                right_span,
+                format!("this is `{right}`"),
+            )
+            .with_label(left_span, format!("this is `{left}`"))
+            .with_help("convert one side with `as`, e.g. `x as f32`"),
+            E::BroadcastMismatch { op, left, right, left_span, right_span } => Diag::new(
+                "E0203",
+                format!("shapes `{left}` and `{right}` cannot be broadcast together in `{op}`"),
+                right_span,
+                format!("this is `{right}`"),
+            )
+            .with_label(left_span, format!("this is `{left}`"))
+            .with_note("dimensions are aligned from the right; each pair must be equal or one of them 1"),
+            E::MatMulMismatch { left, right, left_span, right_span, detail } => Diag::new(
+                "E0204",
+                format!("cannot multiply `{left}` by `{right}` with `@`"),
+                right_span,
+                format!("this is `{right}`"),
+            )
+            .with_label(left_span, format!("this is `{left}`"))
+            .with_note(detail),
+            E::Mismatch { expected, found, span, because } => {
+                let d = Diag::new("E0205", "mismatched types", span, format!("expected `{expected}`, found `{found}`"));
+                match because {
+                    Some((s, m)) => d.with_label(s, m),
+                    None => d,
+                }
+            }
+            E::BranchMismatch { then_ty, else_ty, then_span, else_span } => Diag::new(
+                "E0206",
+                "`if` and `else` have different types",
+                else_span,
+                format!("this is `{else_ty}`"),
+            )
+            .with_label(then_span, format!("this is `{then_ty}`"))
+            .with_note("both branches of an `if` must have the same type"),
+            E::CannotInferSize { param, func, span } => Diag::new(
+                "E0207",
+                format!("cannot infer the size `{param}` of `{func}`"),
+                span,
+                format!("`{param}` is not determined by the arguments"),
+            )
+            .with_help("give the result a type, e.g. `let y: f32[4] = ...;`"),
+            E::SizeConflict { param, first, second, span } => Diag::new(
+                "E0208",
+                format!("size `{param}` would have to be both {first} and {second}"),
+                span,
+                format!("here `{param}` is {second}"),
+            ),
+            E::UnknownField { ty, field, span, fields } => {
+                Diag::new("E0209", format!("no field `{field}` on type `{ty}`"), span, "unknown field")
+                    .with_note(format!("the fields are: {}", fields.join(", ")))
+            }
+            E::MissingField { ty, field, span } => {
+                Diag::new("E0210", format!("missing field `{field}` in `{ty}`"), span, format!("`{field}` not given"))
+            }
+            E::NotAStruct { ty, field, span } => {
+                Diag::new("E0211", format!("no field `{field}` on type `{ty}`"), span, "not a struct")
+            }
+            E::NotATuple { ty, span } => Diag::new("E0212", format!("`{ty}` is not a tuple"), span, "cannot take a tuple field"),
+            E::TupleIndex { ty, index, span } => {
+                Diag::new("E0213", format!("no field `{index}` on tuple `{ty}`"), span, "index out of range")
+            }
+            E::NotStatic { what, span } => Diag::new(
+                "E0214",
+                format!("{what} must be known at compile time"),
+                span,
+                "this is only known at run time",
+            )
+            .with_help("use an integer literal, a `const`, or a size parameter"),
+            E::BadOperand { op, ty, span, expected } => {
+                Diag::new("E0215", format!("`{op}` cannot be applied to `{ty}`"), span, format!("expected {expected}"))
+            }
+            E::BadIndex { detail, span } => Diag::new("E0216", "invalid index", span, detail),
+            E::BadAxis { axis, rank, span } => Diag::new(
+                "E0217",
+                format!("axis {axis} is out of range for an array of rank {rank}"),
+                span,
+                "no such axis",
+            ),
+            E::Reshape { from, to, span } => Diag::new(
+                "E0218",
+                format!("cannot reshape `{from}` to `[{to}]`"),
+                span,
+                "the number of elements differs",
+            ),
+            E::PatternMismatch { ty, span, detail } => {
+                Diag::new("E0219", format!("pattern does not match type `{ty}`"), span, detail)
+            }
+            E::Recursive { name, span } => Diag::new("E0220", format!("`{name}` calls itself"), span, "recursive call")
+                .with_note("functions are inlined, so recursion is not supported; use a `for` loop"),
+            E::NotAValue { name, span } => {
+                Diag::new("E0221", format!("`{name}` is a function, not a value"), span, "call it with `(...)`")
+            }
+            E::LiteralRange { value, ty, span } => {
+                Diag::new("E0222", format!("literal `{value}` does not fit in `{ty}`"), span, "out of range")
+            }
+            E::Entry { detail, span } => Diag::new("E0223", "invalid entry point", span, detail),
+        }
+    }
+}

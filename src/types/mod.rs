@@ -1,0 +1,160 @@
+//! Surface types: what the checker assigns to every expression.
+//!
+//! Unlike the IR's [`ArrayTy`](crate::array::ArrayTy), a surface type may be a tuple or a
+//! struct, and its dimensions may be generic size parameters, because generic functions
+//! are checked once, symbolically, before they are monomorphised.
+
+pub mod error;
+pub mod shape;
+
+use crate::array::{ArrayTy, DType};
+use std::collections::HashMap;
+use std::fmt;
+use std::rc::Rc;
+
+/// One dimension: a known size, or a generic size parameter of the function being checked.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Dim {
+    Known(u64),
+    Param(Rc<str>),
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dim::Known(n) => write!(f, "{n}"),
+            Dim::Param(p) => f.write_str(p),
+        }
+    }
+}
+
+/// A struct declaration after resolution: field types mention its generics as `Dim::Param`.
+#[derive(Debug, PartialEq)]
+pub struct StructDef {
+    pub name: String,
+    pub generics: Vec<Rc<str>>,
+    pub fields: Vec<(String, Ty)>,
+}
+
+#[derive(Clone, Debug)]
+pub enum Ty {
+    Array(DType, Vec<Dim>),
+    Tuple(Vec<Ty>),
+    Struct(Rc<StructDef>, Vec<Dim>),
+    /// The type of an expression that already has a reported error; it unifies with
+    /// everything, so that one mistake gives one diagnostic.
+    Error,
+}
+
+impl PartialEq for Ty {
+    fn eq(&self, other: &Ty) -> bool {
+        match (self, other) {
+            (Ty::Array(d1, s1), Ty::Array(d2, s2)) => d1 == d2 && s1 == s2,
+            (Ty::Tuple(a), Ty::Tuple(b)) => a == b,
+            (Ty::Struct(a, x), Ty::Struct(b, y)) => Rc::ptr_eq(a, b) && x == y,
+            (Ty::Error, _) | (_, Ty::Error) => true,
+            _ => false,
+        }
+    }
+}
+
+/// A substitution of generic size parameters.
+pub type Subst = HashMap<Rc<str>, Dim>;
+
+impl Ty {
+    pub fn scalar(dtype: DType) -> Ty {
+        Ty::Array(dtype, vec![])
+    }
+
+    pub fn unit() -> Ty {
+        Ty::Tuple(vec![])
+    }
+
+    pub fn is_error(&self) -> bool {
+        matches!(self, Ty::Error) || self.contains_error()
+    }
+
+    fn contains_error(&self) -> bool {
+        match self {
+            Ty::Array(..) => false,
+            Ty::Tuple(ts) => ts.iter().any(Ty::is_error),
+            Ty::Struct(..) => false,
+            Ty::Error => true,
+        }
+    }
+
+    /// Replaces size parameters by what `s` maps them to; unmapped ones stay.
+    pub fn subst(&self, s: &Subst) -> Ty {
+        match self {
+            Ty::Array(d, dims) => Ty::Array(*d, dims.iter().map(|x| subst_dim(x, s)).collect()),
+            Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(|t| t.subst(s)).collect()),
+            Ty::Struct(def, args) => Ty::Struct(def.clone(), args.iter().map(|x| subst_dim(x, s)).collect()),
+            Ty::Error => Ty::Error,
+        }
+    }
+
+    /// The fields of a struct type, with its size arguments substituted.
+    pub fn struct_fields(def: &StructDef, args: &[Dim]) -> Vec<(String, Ty)> {
+        let s: Subst = def.generics.iter().cloned().zip(args.iter().cloned()).collect();
+        def.fields.iter().map(|(n, t)| (n.clone(), t.subst(&s))).collect()
+    }
+
+    /// The arrays this type flattens to, in order (tuple elements, then struct fields in
+    /// declaration order). `None` if a dimension is still symbolic.
+    pub fn leaves(&self) -> Option<Vec<ArrayTy>> {
+        let mut out = vec![];
+        self.push_leaves(&mut out)?;
+        Some(out)
+    }
+
+    fn push_leaves(&self, out: &mut Vec<ArrayTy>) -> Option<()> {
+        match self {
+            Ty::Array(d, dims) => {
+                let shape = dims
+                    .iter()
+                    .map(|x| match x {
+                        Dim::Known(n) => Some(*n as usize),
+                        Dim::Param(_) => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                out.push(ArrayTy::new(*d, shape));
+            }
+            Ty::Tuple(ts) => ts.iter().try_for_each(|t| t.push_leaves(out))?,
+            Ty::Struct(def, args) => {
+                Ty::struct_fields(def, args).iter().try_for_each(|(_, t)| t.push_leaves(out))?
+            }
+            Ty::Error => return None,
+        }
+        Some(())
+    }
+}
+
+pub fn subst_dim(d: &Dim, s: &Subst) -> Dim {
+    match d {
+        Dim::Param(p) => s.get(p).cloned().unwrap_or_else(|| d.clone()),
+        Dim::Known(_) => d.clone(),
+    }
+}
+
+impl fmt::Display for Ty {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Ty::Array(d, dims) => {
+                write!(f, "{d}")?;
+                if !dims.is_empty() {
+                    write!(f, "[{}]", join(dims))?;
+                }
+                Ok(())
+            }
+            Ty::Tuple(ts) if ts.len() == 1 => write!(f, "({},)", ts[0]),
+            Ty::Tuple(ts) => write!(f, "({})", join(ts)),
+            Ty::Struct(def, args) if args.is_empty() => f.write_str(&def.name),
+            Ty::Struct(def, args) => write!(f, "{}<{}>", def.name, join(args)),
+            Ty::Error => f.write_str("{error}"),
+        }
+    }
+}
+
+pub fn join<T: fmt::Display>(xs: &[T]) -> String {
+    xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,56 @@
+//! The examples and the test programs: each gives the same result through PJRT and
+//! through the reference interpreter, and the basics give their known values.
+
+mod common;
+
+use common::{assert_close, entry, run_both};
+use podracer::array::Array;
+use podracer::io::outputs_json;
+use std::path::Path;
+
+fn example(name: &str) -> Vec<Array> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/basics").join(name);
+    run_both(&entry(&path), &[])
+}
+
+#[test]
+fn matmul() {
+    assert_close(&example("matmul.pod"), &[Array::f32(vec![], vec![64.0])], 1e-5);
+}
+
+#[test]
+fn dense() {
+    assert_close(&example("dense.pod"), &[Array::f32(vec![2], vec![0.99932930, 0.80049902])], 1e-5);
+}
+
+#[test]
+fn loop_() {
+    let out = example("loop.pod");
+    assert_eq!(out[0], Array::i32(vec![], vec![45]));
+    assert_close(&out[1..], &[Array::f32(vec![], vec![57.6650390625])], 1e-5);
+}
+
+#[test]
+fn select() {
+    let out = example("select.pod");
+    assert_eq!(out, vec![Array::i32(vec![8], vec![5, 0, 3, 4, 7, 2, 10, -1]), Array::i32(vec![], vec![6])]);
+}
+
+#[test]
+fn reduce() {
+    let want = [
+        Array::f32(vec![], vec![4.4401897]),
+        Array::f32(vec![4], vec![0.0320586, 0.0871443, 0.2368828, 0.6439142]),
+    ];
+    assert_close(&example("reduce.pod"), &want, 1e-5);
+}
+
+/// Every test program under `tests/pass/`: the device agrees with the interpreter, and
+/// the printed results (from the device) are snapshotted.
+#[test]
+fn pass_programs_agree() {
+    insta::glob!("pass/*.pod", |path| {
+        let out = run_both(&entry(path), &[]);
+        insta::assert_snapshot!(serde_json::to_string_pretty(&outputs_json("main", &out)).expect("json"));
+    });
+}
