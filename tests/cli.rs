@@ -1,0 +1,100 @@
+//! `podc` as a user runs it: exit statuses, `--json` output, `--args`, and errors that
+//! name what is wrong.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn podc(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_podc"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("podc starts")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn json(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "podc failed: {}", stderr(o));
+    serde_json::from_str(stdout(o).trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}): {}", stdout(o)))
+}
+
+#[test]
+fn check_exit_status() {
+    let ok = podc(&["check", "examples/basics/dense.pod", "examples/basics/loop.pod"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    let bad = podc(&["check", "tests/ui/shapes/matmul-shape-mismatch.pod"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("E0204"), "{}", stderr(&bad));
+    let missing = podc(&["check", "no/such/file.pod"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).contains("no/such/file.pod"));
+}
+
+#[test]
+fn run_and_eval_print_the_same_json() {
+    for file in ["examples/basics/select.pod", "examples/basics/loop.pod"] {
+        let run = json(&podc(&["run", file, "--json"]));
+        let eval = json(&podc(&["eval", file, "--json"]));
+        assert_eq!(run, eval, "{file}");
+    }
+    let v = json(&podc(&["run", "examples/basics/select.pod", "--json"]));
+    assert_eq!(
+        v,
+        serde_json::json!({"entry": "main", "outputs": [
+            {"dtype": "i32", "shape": [8], "data": [5, 0, 3, 4, 7, 2, 10, -1]},
+            {"dtype": "i32", "shape": [], "data": [6]}
+        ]})
+    );
+}
+
+#[test]
+fn args_are_read_by_parameter_type() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("args.pod");
+    std::fs::write(
+        &file,
+        "struct P { w: f32[2], k: i32 }\nfn main(p: P, t: (f32, bool)) -> f32[2] { if t.1 { p.w * t.0 } else { p.w + (p.k as f32) } }\n",
+    )
+    .expect("write");
+    let f = file.to_str().expect("utf-8");
+    let args = r#"[{"w": [1.5, -2.0], "k": 3}, [2.0, true]]"#;
+    let v = json(&podc(&["eval", f, "--json", "--args", args]));
+    assert_eq!(v["outputs"][0]["data"], serde_json::json!([3.0, -4.0]));
+    let args_file = dir.path().join("args.json");
+    std::fs::write(&args_file, r#"[{"w": [1.5, -2.0], "k": 3}, [2.0, false]]"#).expect("write");
+    let v = json(&podc(&["run", f, "--json", "--args", args_file.to_str().expect("utf-8")]));
+    assert_eq!(v["outputs"][0]["data"], serde_json::json!([4.5, 1.0]));
+    let bad = podc(&["eval", f, "--args", r#"[{"w": [1.5], "k": 3}, [2.0, true]]"#]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(stderr(&bad).contains("expected a list of 2 elements"), "{}", stderr(&bad));
+}
+
+#[test]
+fn a_missing_plugin_is_named() {
+    let o = podc(&["run", "examples/basics/matmul.pod", "--plugin", "/nonexistent/libpjrt.so"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("/nonexistent/libpjrt.so"), "{}", stderr(&o));
+    let not_a_library = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+    let o = podc(&["run", "examples/basics/matmul.pod", "--plugin", not_a_library.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("README.md"), "{}", stderr(&o));
+}
+
+#[test]
+fn build_emits_every_stage() {
+    for emit in ["ast", "ir", "stablehlo"] {
+        let o = podc(&["build", "examples/basics/dense.pod", "--emit", emit]);
+        assert!(o.status.success(), "{emit}: {}", stderr(&o));
+        assert!(!stdout(&o).is_empty());
+    }
+    let o = podc(&["build", "examples/basics/dense.pod", "--emit", "ir", "--entry", "nope"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no function `nope`"), "{}", stderr(&o));
+}
