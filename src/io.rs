@@ -94,8 +94,15 @@ pub fn outputs_json(entry: &str, outs: &[Array]) -> Value {
 
 fn data_json(d: &Data) -> Value {
     match d {
-        // Non-finite floats have no JSON number; they are written as strings.
-        Data::F32(v) => v.iter().map(|&x| if x.is_finite() { json!(x) } else { json!(x.to_string()) }).collect(),
+        // The shortest decimal that reads back as the same f32 (`0.8004990`, not the f64
+        // expansion `0.800499022…`). Non-finite floats have no JSON number: strings.
+        Data::F32(v) => v
+            .iter()
+            .map(|&x| match x.to_string().parse::<f64>() {
+                Ok(d) if x.is_finite() => json!(d),
+                _ => json!(x.to_string()),
+            })
+            .collect(),
         Data::I32(v) => json!(v),
         Data::U32(v) => json!(v),
         Data::Bool(v) => json!(v),

@@ -85,15 +85,15 @@ impl Diag {
 
 /// Renders diagnostics without colour, as the snapshot tests and `--color never` see them.
 pub fn render_plain(map: &SourceMap, diags: &[Diag]) -> String {
-    let mut out = termcolor::NoColor::new(Vec::new());
+    let mut out = String::new();
     let config = term::Config::default();
     for d in diags {
-        // Writing into a Vec cannot fail; a span outside its file renders as a note instead.
-        if term::emit(&mut out, &config, &map.files, &d.to_codespan()).is_err() {
-            let _ = std::io::Write::write_fmt(&mut out, format_args!("error[{}]: {}\n", d.code, d.message));
+        // Writing into a String cannot fail; a span outside its file degrades to one line.
+        if term::emit_to_string(&mut out, &config, &map.files, &d.to_codespan()).is_err() {
+            out.push_str(&format!("error[{}]: {}\n", d.code, d.message));
         }
     }
-    String::from_utf8_lossy(&out.into_inner()).into_owned()
+    out
 }
 
 /// Renders diagnostics to stderr, in colour when it is a terminal.
@@ -105,8 +105,11 @@ pub fn emit_stderr(map: &SourceMap, diags: &[Diag]) {
     };
     let writer = termcolor::StandardStream::stderr(choice);
     let config = term::Config::default();
+    let styles = term::Styles::default();
     for d in diags {
-        if term::emit(&mut writer.lock(), &config, &map.files, &d.to_codespan()).is_err() {
+        let mut lock = writer.lock();
+        let mut styled = term::StylesWriter::new(&mut lock, &styles);
+        if term::emit_to_write_style(&mut styled, &config, &map.files, &d.to_codespan()).is_err() {
             eprintln!("error[{}]: {}", d.code, d.message);
         }
     }

@@ -142,3 +142,117 @@ fn show(tys: &[ArrayTy]) -> String {
     let names: Vec<String> = tys.iter().map(|t| t.to_string()).collect();
     format!("({})", names.join(", "))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::verify;
+    use crate::array::{Array, ArrayTy, DType};
+    use crate::ir::{Op, Var};
+    use crate::lower::tests::fixtures;
+    use crate::prims::{Binary, BinaryOp, Constant, Prim};
+
+    fn error(f: &crate::ir::Func) -> String {
+        verify(f).expect_err("verify accepts a broken function")
+    }
+
+    #[test]
+    fn accepts_the_fixtures() {
+        for (name, f) in fixtures() {
+            verify(&f).unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    #[test]
+    fn rejects_a_use_before_definition() {
+        let (_, mut f) = fixtures().remove(0);
+        f.graph.eqns.swap(0, 1);
+        assert!(error(&f).contains("not defined before it"), "{}", error(&f));
+    }
+
+    #[test]
+    fn rejects_a_result_never_defined() {
+        let (_, mut f) = fixtures().remove(0);
+        f.types.push(ArrayTy::scalar(DType::F32));
+        f.graph.results.push(Var(f.types.len() as u32 - 1));
+        assert!(error(&f).contains("result uses"), "{}", error(&f));
+    }
+
+    #[test]
+    fn rejects_a_second_definition() {
+        let (_, mut f) = fixtures().remove(1);
+        // broadcast and exp both give f32[3]
+        let first = f.graph.eqns[1].outs[0];
+        f.graph.eqns[2].outs[0] = first;
+        assert!(error(&f).contains("defined twice"), "{}", error(&f));
+    }
+
+    #[test]
+    fn rejects_a_var_without_a_type() {
+        let (_, mut f) = fixtures().remove(0);
+        f.graph.eqns[0].outs[0] = Var(9999);
+        assert!(error(&f).contains("has no type"), "{}", error(&f));
+    }
+
+    #[test]
+    fn rejects_a_wrong_result_type() {
+        let (_, mut f) = fixtures().remove(0);
+        let out = f.graph.eqns[0].outs[0];
+        f.types[out.0 as usize] = ArrayTy::new(DType::F32, vec![2, 5]);
+        let e = error(&f);
+        assert!(e.contains("records result types (f32[2, 5]) but its rule gives (f32[2, 4])"), "{e}");
+    }
+
+    #[test]
+    fn rejects_a_primitive_its_rule_rejects() {
+        let (_, mut f) = fixtures().remove(0);
+        f.graph.eqns[0].op = Op::Prim(Prim::Binary(Binary { op: BinaryOp::Add }));
+        assert!(error(&f).contains("(add): add: operands must have the same type"), "{}", error(&f));
+    }
+
+    /// A loop body that reads an outer value directly instead of through a constant.
+    #[test]
+    fn rejects_an_open_loop_body() {
+        let (_, mut f) = fixtures().remove(3);
+        let outer = f.graph.params[0];
+        let Op::Loop { body, .. } = &mut f.graph.eqns[0].op else { panic!("fixture 3 is a loop") };
+        body.eqns[2].args[0] = outer;
+        let e = error(&f);
+        assert!(e.contains("loop body") && e.contains(&format!("uses %{}", outer.0)), "{e}");
+    }
+
+    #[test]
+    fn rejects_inconsistent_loop_types() {
+        let (_, f) = fixtures().remove(3);
+        let mut wrong_carry = f.clone();
+        let Op::Loop { body, .. } = &mut wrong_carry.graph.eqns[0].op else { panic!("a loop") };
+        let i = body.params[0];
+        body.results[1] = i;
+        body.results.swap(0, 1);
+        assert!(error(&wrong_carry).contains("body results"), "{}", error(&wrong_carry));
+
+        let mut wrong_index = f.clone();
+        let Op::Loop { body, .. } = &wrong_index.graph.eqns[0].op else { panic!("a loop") };
+        let i = body.params[0];
+        wrong_index.types[i.0 as usize] = ArrayTy::scalar(DType::U32);
+        assert!(error(&wrong_index).contains("loop index has type u32"), "{}", error(&wrong_index));
+
+        let mut wrong_consts = f.clone();
+        let Op::Loop { n_consts, .. } = &mut wrong_consts.graph.eqns[0].op else { panic!("a loop") };
+        *n_consts = 0;
+        assert!(error(&wrong_consts).contains("body results (f32[3], i32) do not match"), "{}", error(&wrong_consts));
+
+        let mut huge = f;
+        let Op::Loop { hi, .. } = &mut huge.graph.eqns[0].op else { panic!("a loop") };
+        *hi = 1 << 40;
+        assert!(error(&huge).contains("do not fit in i32"), "{}", error(&huge));
+    }
+
+    #[test]
+    fn constants_need_no_arguments() {
+        let (_, mut f) = fixtures().remove(0);
+        let x = f.graph.params[0];
+        f.graph.eqns[0].op = Op::Prim(Prim::Constant(Constant { value: Array::f32(vec![2, 4], vec![0.0; 8]) }));
+        f.graph.eqns[0].args = vec![x, x];
+        assert!(error(&f).contains("constant takes 0 argument(s), got 2"), "{}", error(&f));
+    }
+}

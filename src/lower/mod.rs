@@ -8,6 +8,6 @@
 pub mod stablehlo;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 pub use stablehlo::{LowerCx, lower_module};

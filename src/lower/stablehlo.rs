@@ -64,6 +64,14 @@ impl LowerCx {
         self.line(text);
     }
 
+    /// Appends a block label (`^bb0(...):`), outdented to the level of the op that owns
+    /// the region, as MLIR prints it.
+    pub fn label(&mut self, text: &str) {
+        self.depth = self.depth.saturating_sub(1);
+        self.line(text);
+        self.depth += 1;
+    }
+
     /// Closes one block and opens the next on the same line (`}, {` between regions).
     pub fn reopen(&mut self, text: &str) {
         self.close(text);
@@ -181,11 +189,10 @@ pub fn dense(a: &Array) -> String {
 }
 
 /// Lowers `f` to a complete StableHLO module whose entry point is `@main` (what PJRT
-/// runs); `f.name` names the module. `num_replicas` must equal the replica count in the
+/// runs); `f.name` becomes the module's name. `num_replicas` must equal the replica count in the
 /// compile options.
 pub fn lower_module(f: &Func, num_replicas: usize) -> String {
     let mut cx = LowerCx::new();
-    cx.line(&format!("// podc: func @{}", f.name));
     cx.open(&format!(
         "module @{} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = {num_replicas} : i32}} {{",
         symbol(&f.name)
@@ -265,7 +272,7 @@ fn lower_loop(
 
     // cond: i < hi
     let cond_params: Vec<String> = tys.iter().map(|_| cx.fresh()).collect();
-    cx.line(&block_header(&cond_params, &tys));
+    cx.label(&block_header(&cond_params, &tys));
     let bound = cx.constant(&Array::i32(vec![], vec![index(hi)]));
     let attrs = "comparison_direction = #stablehlo<comparison_direction LT>, \
                  compare_type = #stablehlo<comparison_type SIGNED>";
@@ -276,7 +283,7 @@ fn lower_loop(
 
     // body: the graph, then i + 1
     let body_params: Vec<String> = tys.iter().map(|_| cx.fresh()).collect();
-    cx.line(&block_header(&body_params, &tys));
+    cx.label(&block_header(&body_params, &tys));
     for (&p, n) in body.params.iter().zip(&body_params) {
         env.insert(p, n.clone());
     }

@@ -2,6 +2,7 @@
 //! batched matmul) is built from.
 
 use super::Rules;
+use super::elementwise::flush;
 use super::util::{check_axes, expect_arity, indices, list, strides};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::lower::stablehlo::LowerCx;
@@ -112,7 +113,9 @@ impl Rules for Dot {
             bases.iter().map(|&(lb, rb)| steps.iter().fold(zero, |acc, &(lo, ro)| mul_add(acc, a[lb + lo], b[rb + ro]))).collect()
         }
         let data = match (&l.data, &r.data) {
-            (Data::F32(a), Data::F32(b)) => Data::F32(go(a, b, &bases, &steps, 0.0, |acc, x, y| acc + x * y)),
+            (Data::F32(a), Data::F32(b)) => {
+                Data::F32(go(a, b, &bases, &steps, 0.0, |acc, x, y| flush(acc + flush(flush(x) * flush(y)))))
+            }
             (Data::I32(a), Data::I32(b)) => {
                 Data::I32(go(a, b, &bases, &steps, 0, |acc, x, y| acc.wrapping_add(x.wrapping_mul(y))))
             }

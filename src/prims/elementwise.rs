@@ -194,11 +194,14 @@ impl UnaryOp {
                 hlo: "stablehlo.abs",
                 fns: Fns { f32: Some(f32::abs), i32: Some(i32::wrapping_abs), u32: None, bool: None },
             },
-            UnaryOp::Exp => float_unop("exp", "stablehlo.exponential", f32::exp),
-            UnaryOp::Log => float_unop("log", "stablehlo.log", f32::ln),
+            UnaryOp::Exp => float_unop("exp", "stablehlo.exponential", |x| flush(flush(x).exp())),
+            // For a few array lengths XLA's log takes a code path that reads subnormals
+            // exactly; the interpreter follows the flushing path most lengths take.
+            UnaryOp::Log => float_unop("log", "stablehlo.log", |x| flush(x).ln()),
+            // XLA's tanh and sine return tiny arguments unchanged, subnormals included.
             UnaryOp::Tanh => float_unop("tanh", "stablehlo.tanh", f32::tanh),
-            UnaryOp::Sqrt => float_unop("sqrt", "stablehlo.sqrt", f32::sqrt),
-            UnaryOp::Floor => float_unop("floor", "stablehlo.floor", f32::floor),
+            UnaryOp::Sqrt => float_unop("sqrt", "stablehlo.sqrt", |x| flush(x).sqrt()),
+            UnaryOp::Floor => float_unop("floor", "stablehlo.floor", |x| flush(x).floor()),
             UnaryOp::Sin => float_unop("sin", "stablehlo.sine", f32::sin),
             UnaryOp::Cos => float_unop("cos", "stablehlo.cosine", f32::cos),
         }
@@ -224,15 +227,17 @@ impl BinaryOp {
     /// The operator's row of the table.
     pub(super) fn rule(self) -> BinaryRow {
         match self {
-            BinaryOp::Add => arith("add", "stablehlo.add", |a, b| a + b, i32::wrapping_add, u32::wrapping_add),
-            BinaryOp::Sub => arith("sub", "stablehlo.subtract", |a, b| a - b, i32::wrapping_sub, u32::wrapping_sub),
-            BinaryOp::Mul => arith("mul", "stablehlo.multiply", |a, b| a * b, i32::wrapping_mul, u32::wrapping_mul),
-            BinaryOp::Div => arith("div", "stablehlo.divide", |a, b| a / b, div_i32, div_u32),
-            BinaryOp::Rem => arith("rem", "stablehlo.remainder", |a, b| a % b, rem_i32, rem_u32),
+            BinaryOp::Add => arith("add", "stablehlo.add", |a, b| flush(flush(a) + flush(b)), i32::wrapping_add, u32::wrapping_add),
+            BinaryOp::Sub => arith("sub", "stablehlo.subtract", |a, b| flush(flush(a) - flush(b)), i32::wrapping_sub, u32::wrapping_sub),
+            BinaryOp::Mul => arith("mul", "stablehlo.multiply", |a, b| flush(flush(a) * flush(b)), i32::wrapping_mul, u32::wrapping_mul),
+            BinaryOp::Div => arith("div", "stablehlo.divide", |a, b| flush(flush(a) / flush(b)), div_i32, div_u32),
+            // XLA's fmod flushes the divisor only, and may return a subnormal.
+            BinaryOp::Rem => arith("rem", "stablehlo.remainder", |a, b| a % flush(b), rem_i32, rem_u32),
             BinaryOp::Pow => Row {
                 name: "pow",
                 hlo: "stablehlo.power",
-                fns: Fns { f32: Some(f32::powf), i32: None, u32: None, bool: None },
+                // XLA's pow reads subnormal operands exactly; only its result is flushed.
+                fns: Fns { f32: Some(|a, b| flush(a.powf(b))), i32: None, u32: None, bool: None },
             },
             BinaryOp::Max => Row {
                 name: "max",
@@ -287,15 +292,25 @@ fn shr_u32(a: u32, b: u32) -> u32 {
     a.checked_shr(b).unwrap_or(0)
 }
 
-/// NaN-propagating maximum; between equal values the first operand is returned, so
-/// `max(-0, +0)` is `-0` and `max(+0, -0)` is `+0` (XLA compares with `>=`).
+/// XLA's CPU runtime runs with denormals flushed to zero (the FTZ and DAZ bits of MXCSR):
+/// arithmetic reads a subnormal operand as zero of the same sign and writes a subnormal
+/// result as zero. Evaluation flushes wherever the device's instructions do; sign-bit
+/// operations (neg, abs), moves (select, layout) and a few library routines (noted at
+/// their rows) do not flush.
+pub(super) fn flush(x: f32) -> f32 {
+    if x.is_subnormal() { 0.0f32.copysign(x) } else { x }
+}
+
+/// NaN-propagating maximum, as lowered: `a` when `a >= b` or `a` is NaN, else `b`. So
+/// equal operands give the first (`max(-0, +0)` is `-0`), and the comparison flushes
+/// subnormals while the result is an operand, unflushed.
 fn max_f32(a: f32, b: f32) -> f32 {
-    if a.is_nan() || a >= b { a } else { b }
+    if a.is_nan() || flush(a) >= flush(b) { a } else { b }
 }
 
 /// NaN-propagating minimum, the mirror of [`max_f32`].
 fn min_f32(a: f32, b: f32) -> f32 {
-    if a.is_nan() || a <= b { a } else { b }
+    if a.is_nan() || flush(a) <= flush(b) { a } else { b }
 }
 
 /// Applies a unary row to an array; the dtype is known to be supported.
@@ -367,6 +382,51 @@ impl Rules for Unary {
     }
 }
 
+/// Emits `op(a, b)` on operands of type `ty`.
+///
+/// f32 max and min are spelled out as `select(a >= b | a != a, a, b)` rather than
+/// `stablehlo.maximum`: XLA's CPU backend compiles `maximum` with fast min/max, which
+/// drops NaNs, and this keeps the documented NaN-propagating semantics whatever the
+/// backend's flags.
+pub(super) fn lower_binary(cx: &mut LowerCx, op: BinaryOp, a: &str, b: &str, ty: &ArrayTy) -> String {
+    let (a, b) = (a.to_string(), b.to_string());
+    let dir = match op {
+        BinaryOp::Max if ty.dtype == DType::F32 => CmpOp::Ge,
+        BinaryOp::Min if ty.dtype == DType::F32 => CmpOp::Le,
+        BinaryOp::Add
+        | BinaryOp::Sub
+        | BinaryOp::Mul
+        | BinaryOp::Div
+        | BinaryOp::Rem
+        | BinaryOp::Pow
+        | BinaryOp::Max
+        | BinaryOp::Min
+        | BinaryOp::And
+        | BinaryOp::Or
+        | BinaryOp::Xor
+        | BinaryOp::ShiftLeft
+        | BinaryOp::ShiftRightLogical => {
+            return cx.op(op.rule().hlo, &[a, b], "", &[ty.clone(), ty.clone()], ty);
+        }
+    };
+    let mask = ArrayTy::new(DType::Bool, ty.shape.clone());
+    let wins = lower_compare(cx, dir, &a, &b, ty);
+    let nan = lower_compare(cx, CmpOp::Ne, &a, &a, ty);
+    let pick = cx.op("stablehlo.or", &[wins, nan], "", &[mask.clone(), mask.clone()], &mask);
+    cx.op("stablehlo.select", &[pick, a, b], "", &[mask, ty.clone(), ty.clone()], ty)
+}
+
+/// Emits the comparison `a op b` of operands of type `ty`.
+pub(super) fn lower_compare(cx: &mut LowerCx, op: CmpOp, a: &str, b: &str, ty: &ArrayTy) -> String {
+    let attrs = format!(
+        "comparison_direction = #stablehlo<comparison_direction {}>, compare_type = #stablehlo<comparison_type {}>",
+        op.direction(),
+        compare_type(ty.dtype)
+    );
+    let mask = ArrayTy::new(DType::Bool, ty.shape.clone());
+    cx.op("stablehlo.compare", &[a.to_string(), b.to_string()], &attrs, &[ty.clone(), ty.clone()], &mask)
+}
+
 impl Rules for Binary {
     fn name(&self) -> &'static str {
         self.op.rule().name
@@ -384,8 +444,8 @@ impl Rules for Binary {
         vec![map2(&self.op.rule(), args[0], args[1])]
     }
 
-    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
-        vec![cx.op(self.op.rule().hlo, args, "", arg_tys, &outs[0])]
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
+        vec![lower_binary(cx, self.op, &args[0], &args[1], &arg_tys[0])]
     }
 }
 
@@ -429,7 +489,7 @@ impl CmpOp {
 }
 
 /// StableHLO's `compare_type` for a dtype: it decides signedness and NaN handling.
-pub(super) fn compare_type(d: DType) -> &'static str {
+fn compare_type(d: DType) -> &'static str {
     match d {
         DType::F32 => "FLOAT",
         DType::I32 => "SIGNED",
@@ -458,8 +518,9 @@ impl Rules for Compare {
         fn go<T: PartialOrd + Copy>(op: CmpOp, a: &[T], b: &[T]) -> Vec<bool> {
             a.iter().zip(b).map(|(&x, &y)| op.apply(x, y)).collect()
         }
+        let flushed = |v: &[f32]| -> Vec<f32> { v.iter().map(|&x| flush(x)).collect() };
         let out = match (&args[0].data, &args[1].data) {
-            (Data::F32(a), Data::F32(b)) => go(self.op, a, b),
+            (Data::F32(a), Data::F32(b)) => go(self.op, &flushed(a), &flushed(b)),
             (Data::I32(a), Data::I32(b)) => go(self.op, a, b),
             (Data::U32(a), Data::U32(b)) => go(self.op, a, b),
             (Data::Bool(a), Data::Bool(b)) => go(self.op, a, b),
@@ -470,13 +531,8 @@ impl Rules for Compare {
         vec![Array::new(args[0].shape.clone(), Data::Bool(out))]
     }
 
-    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
-        let attrs = format!(
-            "comparison_direction = #stablehlo<comparison_direction {}>, compare_type = #stablehlo<comparison_type {}>",
-            self.op.direction(),
-            compare_type(arg_tys[0].dtype)
-        );
-        vec![cx.op("stablehlo.compare", args, &attrs, arg_tys, &outs[0])]
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
+        vec![lower_compare(cx, self.op, &args[0], &args[1], &arg_tys[0])]
     }
 }
 
@@ -554,7 +610,7 @@ impl Rules for Convert {
             (Data::F32(v), DType::F32) => Data::F32(v.clone()),
             (Data::F32(v), DType::I32) => Data::I32(v.iter().map(|&a| a as i32).collect()),
             (Data::F32(v), DType::U32) => Data::U32(v.iter().map(|&a| a as u32).collect()),
-            (Data::F32(v), DType::Bool) => Data::Bool(v.iter().map(|&a| a != 0.0).collect()),
+            (Data::F32(v), DType::Bool) => Data::Bool(v.iter().map(|&a| flush(a) != 0.0).collect()),
             (Data::I32(v), DType::F32) => Data::F32(v.iter().map(|&a| a as f32).collect()),
             (Data::I32(v), DType::I32) => Data::I32(v.clone()),
             (Data::I32(v), DType::U32) => Data::U32(v.iter().map(|&a| a as u32).collect()),

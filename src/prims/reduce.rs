@@ -6,7 +6,7 @@
 //! operator's StableHLO op in the `stablehlo.reduce` region.
 
 use super::Rules;
-use super::elementwise::{BinaryOp, BinaryRow, compare_type};
+use super::elementwise::{BinaryOp, BinaryRow, CmpOp, flush, lower_binary, lower_compare};
 use super::util::{check_axes, expect_arity, i64_array, indices, list, ravel, strides};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::lower::stablehlo::{LowerCx, fn_type, tensor_type};
@@ -135,8 +135,8 @@ fn lower_reduce(cx: &mut LowerCx, x: &str, x_ty: &ArrayTy, init: &Array, combine
     cx.open(&format!("{r} = \"stablehlo.reduce\"({x}, {init_name}) <{{dimensions = {}}}> ({{", i64_array(&dims)));
     let (a, b) = (cx.fresh(), cx.fresh());
     let t = tensor_type(&scalar);
-    cx.line(&format!("^bb0({a}: {t}, {b}: {t}):"));
-    let c = cx.op(combiner.rule().hlo, &[a, b], "", &[scalar.clone(), scalar.clone()], &scalar);
+    cx.label(&format!("^bb0({a}: {t}, {b}: {t}):"));
+    let c = lower_binary(cx, combiner, &a, &b, &scalar);
     cx.ret(&[c], std::slice::from_ref(&scalar));
     cx.close(&format!("}}) : {}", fn_type(&[x_ty.clone(), scalar], &[out])));
     r
@@ -200,7 +200,8 @@ impl Rules for Argmax {
 
     fn eval(&self, args: &[&Array]) -> Vec<Array> {
         /// First index of the maximum in each lane; a NaN wins and stops the search.
-        fn go<T: Copy + PartialOrd>(v: &[T], shape: &[usize], axis: usize, is_nan: fn(T) -> bool) -> Vec<i32> {
+        /// Values compare through `key` (the device's compare flushes f32 subnormals).
+        fn go<T: Copy + PartialOrd>(v: &[T], shape: &[usize], axis: usize, is_nan: fn(T) -> bool, key: fn(T) -> T) -> Vec<i32> {
             let st = strides(shape);
             let lanes = kept_shape(shape, &[axis]);
             indices(&lanes)
@@ -208,7 +209,7 @@ impl Rules for Argmax {
                     let mut idx = lane.clone();
                     idx.insert(axis, 0);
                     let base = ravel(&idx, &st);
-                    let at = |j: usize| v[base + j * st[axis]];
+                    let at = |j: usize| key(v[base + j * st[axis]]);
                     let mut best = 0;
                     for j in 1..shape[axis] {
                         if is_nan(at(best)) {
@@ -225,10 +226,10 @@ impl Rules for Argmax {
         let x = args[0];
         let (s, a) = (&x.shape, self.axis);
         let out = match &x.data {
-            Data::F32(v) => go(v, s, a, f32::is_nan),
-            Data::I32(v) => go(v, s, a, |_| false),
-            Data::U32(v) => go(v, s, a, |_| false),
-            Data::Bool(v) => go(v, s, a, |_| false),
+            Data::F32(v) => go(v, s, a, f32::is_nan, flush),
+            Data::I32(v) => go(v, s, a, |_| false, |x| x),
+            Data::U32(v) => go(v, s, a, |_| false, |x| x),
+            Data::Bool(v) => go(v, s, a, |_| false, |x| x),
         };
         vec![Array::new(kept_shape(s, &[a]), Data::I32(out))]
     }
@@ -248,16 +249,9 @@ impl Rules for Argmax {
         let dims: Vec<usize> = (0..t.rank()).filter(|&k| k != axis).collect();
         let mb = cx.op("stablehlo.broadcast_in_dim", &[m], &format!("broadcast_dimensions = {}", i64_array(&dims)), &[m_ty], t);
         let mask_ty = ArrayTy::new(DType::Bool, t.shape.clone());
-        let cmp = |cx: &mut LowerCx, dir: &str, a: &str, b: &str| {
-            let attrs = format!(
-                "comparison_direction = #stablehlo<comparison_direction {dir}>, compare_type = #stablehlo<comparison_type {}>",
-                compare_type(d)
-            );
-            cx.op("stablehlo.compare", &[a.to_string(), b.to_string()], &attrs, &[t.clone(), t.clone()], &mask_ty)
-        };
-        let mut hit = cmp(cx, "EQ", x, &mb);
+        let mut hit = lower_compare(cx, CmpOp::Eq, x, &mb, t);
         if d == DType::F32 {
-            let nan = cmp(cx, "NE", x, x);
+            let nan = lower_compare(cx, CmpOp::Ne, x, x, t);
             hit = cx.op("stablehlo.or", &[hit, nan], "", &[mask_ty.clone(), mask_ty.clone()], &mask_ty);
         }
         let idx_ty = ArrayTy::new(DType::I32, t.shape.clone());

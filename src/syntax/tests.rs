@@ -1,1 +1,434 @@
-use super::*;
+//! Parser tests: snapshots of the printed tree for valid programs, precedence and lexing
+//! checks, snapshots of the diagnostics for `tests/ui/parse/*.pod`, and a no-panic sweep.
+
+use super::ast::{ExprKind, Item, Module};
+use super::lexer::lex;
+use super::print::{print_expr, print_module};
+use super::token::Tok;
+use super::parse;
+use crate::diag::{Diag, SourceMap, render_plain};
+
+/// Parses a program that must be valid, failing with the rendered errors otherwise.
+fn parse_ok(src: &str) -> Module {
+    let (m, diags) = parse(0, src);
+    assert!(diags.is_empty(), "unexpected errors:\n{}", render(src, &diags));
+    m
+}
+
+/// The printed tree of a valid program.
+fn ast(src: &str) -> String {
+    print_module(&parse_ok(src))
+}
+
+/// The printed tree of one expression, parsed as the body of a function.
+fn expr(src: &str) -> String {
+    let m = parse_ok(&format!("fn t() -> f32 {{ {src} }}"));
+    match m.items.first() {
+        Some(Item::Fn(f)) => print_expr(&f.body.value),
+        other => panic!("expected a function, got {other:?}"),
+    }
+}
+
+fn render(src: &str, diags: &[Diag]) -> String {
+    let mut map = SourceMap::default();
+    map.add("test.pod", src);
+    render_plain(&map, diags)
+}
+
+/// The codes of the diagnostics for `src`, in order.
+fn codes(src: &str) -> Vec<&'static str> {
+    parse(0, src).1.iter().map(|d| d.code).collect()
+}
+
+fn tokens(src: &str) -> Vec<Tok<'_>> {
+    let lexed = lex(0, src);
+    assert!(lexed.diags.is_empty(), "unexpected lexer errors: {:?}", lexed.diags);
+    lexed.tokens.into_iter().map(|(_, t, _)| t).collect()
+}
+
+// ----- valid programs
+
+#[test]
+fn items() {
+    insta::assert_snapshot!(ast(r"
+        use std::nn::{Mlp, mlp};
+        use basics::dense::Dense;
+        use a::b::{c,};
+        const ROWS: i32 = 10;
+        const SCALE: f32 = 2.5e-1;
+        struct Empty {}
+        struct State { x: f32, n: i32 }
+        struct Dense<I, O> { w: f32[I, O], b: f32[O], }
+        fn dense<I, O>(p: Dense<I, O>, x: f32[I]) -> f32[O] { tanh(x @ p.w + p.b) }
+        fn unit() -> () { () }
+        fn noargs<N,>() -> f32[N] { zeros() }
+    "));
+}
+
+#[test]
+fn types() {
+    insta::assert_snapshot!(ast(r"
+        fn f(
+            a: f32, b: i32[3], c: bool[N, 4], d: u32[], e: Key, f: Dense<4, O>, g: Foo[2],
+            h: (f32, i32[3]), i: (), j: (f32,), k: (f32), l: ((), (Key, Step<S>)),
+        ) -> (f32, (i32,)) { a }
+    "));
+}
+
+#[test]
+fn statements_and_patterns() {
+    insta::assert_snapshot!(ast(r"
+        fn f(x: f32) -> f32 {
+            let a = x;
+            let _ = a;
+            let b: f32[3] = [a, a, a];
+            let (c, (d, _)) = (a, (b, a));
+            let (e,) = (a,);
+            let ((g)) = a;
+            let h: (f32, i32) = (1.0, 2);
+            a + c
+        }
+    "));
+}
+
+#[test]
+fn expressions() {
+    insta::assert_snapshot!(ast(r"
+        fn f(p: Params, t: (f32, (i32, f32)), m: f32[4, 4]) -> f32 {
+            let lits = (1, 1_000, 1.5, 1e-3, 2.5E+4, 1.0e5, true, false, ());
+            let arrays = ([], [1], [1, 2, 3,], [[1.0, 2.0], [3.0, 4.0]]);
+            let tuples = ((1), (1,), (1, 2), (1, 2,));
+            let s = State { x: 1.0, n, y: (n) };
+            let fields = (p.policy.w, t.0, t.1.0, t.1.1, p.w.0);
+            let calls = (f(), g(1), h(1, 2,), m.sum(), m.set([1, 2], 9.0).set(0, 1.0));
+            let idx = (m[0], m[0, 1], m[:, 0], m[1:3], m[:2], m[2:], m[i + 1, :], m[0][1]);
+            let ops = (-x, !b, x as i32, -x as f32, x as i32 as f32, 2 ** -1);
+            let blk = { let y = 1; y };
+            s.x
+        }
+    "));
+}
+
+#[test]
+fn control_flow() {
+    insta::assert_snapshot!(ast(r"
+        fn f(s: State, go: bool) -> State {
+            let a = if go { 1 } else { 2 };
+            let b = if go { 1 } else if s.n > 2 { 2 } else { let z = 3; z };
+            let c = if x == N { State { x: 1.0 } } else { s };
+            let d = if (S { x: 1 }).x > 0 { 1 } else { 0 };
+            let e = for i in 0..10 carry (s, p) = (0, 1.0) { (s + i, p * 1.5) };
+            let g = for _ in N - 1..2 * N carry acc = init { let t = acc + 1; t };
+            if go { State { x: s.x + 1.0, n: s.n + 1 } } else if s.n > 2 { s } else { State { x: 0.0, n: 0 } }
+        }
+    "));
+}
+
+/// Long expressions break after their head, one child a line.
+#[test]
+fn long_lines_break() {
+    insta::assert_snapshot!(ast(r"
+        fn loss(p: Params, obs: f32[B, 50], actions: i32[B], returns: f32[B]) -> f32 {
+            let logits = mlp(p.policy, obs) - logsumexp(mlp(p.policy, obs), 1)[:, None];
+            mean(-take_along(logits, actions) * (returns - mlp(p.value, obs)[:, 0])) + 0.5 * mean((returns - mlp(p.value, obs)[:, 0]) ** 2)
+        }
+    "));
+}
+
+#[test]
+fn empty_file_and_comments_only() {
+    assert_eq!(ast(""), "");
+    assert_eq!(ast("// nothing\n/* at /* all */ */"), "");
+}
+
+// ----- precedence
+
+#[test]
+fn precedence() {
+    let cases = [
+        ("a || b && c", "(|| a (&& b c))"),
+        ("a && b || c", "(|| (&& a b) c)"),
+        ("a == b && c != d", "(&& (== a b) (!= c d))"),
+        ("a < b + c", "(< a (+ b c))"),
+        ("a + b * c", "(+ a (* b c))"),
+        ("a - b - c", "(- (- a b) c)"),
+        ("a / b * c % d", "(% (* (/ a b) c) d)"),
+        ("x @ w + b", "(+ (@ x w) b)"),
+        ("a * b as f32", "(* a (as b f32))"),
+        ("x as i32 as f32", "(as (as x i32) f32)"),
+        ("-x as f32", "(as (neg x) f32)"),
+        ("-x ** 2", "(neg (** x 2))"),
+        ("2 ** -1", "(** 2 (neg 1))"),
+        ("a ** b ** c", "(** a (** b c))"),
+        ("!a == b", "(== (not a) b)"),
+        ("- -x", "(neg (neg x))"),
+        ("a.b.c(d)[0] ** 2", "(** (index (method c (field a b) d) 0) 2)"),
+        ("(a + b) * c", "(* (+ a b) c)"),
+        ("-(a)", "(neg a)"),
+        ("f(x)[1:] .0", "(field (index (call f x) (: 1 _)) 0)"),
+        ("if a { b } else { c } + 1", "(+ (if a b c) 1)"),
+        ("{ a } * 2", "(* (block a) 2)"),
+    ];
+    for (src, want) in cases {
+        assert_eq!(expr(src), want, "parsing `{src}`");
+    }
+}
+
+#[test]
+fn comparisons_do_not_chain() {
+    assert_eq!(codes("fn f() -> bool { a < b < c }"), ["E0006"]);
+    assert_eq!(codes("fn f() -> bool { a == b != c <= d }"), ["E0006", "E0006"]);
+    assert_eq!(expr("(a < b) < c"), "(< (< a b) c)");
+    assert_eq!(expr("a < b && b < c"), "(&& (< a b) (< b c))");
+}
+
+#[test]
+fn struct_literals_not_in_conditions() {
+    // `N { ... }` would be a struct literal; in a condition the `{` opens the branch.
+    assert_eq!(expr("if x == N { 1 } else { 2 }"), "(if (== x N) 1 2)");
+    assert_eq!(expr("for i in 0..N carry s = S { s }"), "(for i (range 0 N) (carry s S) s)");
+    assert_eq!(expr("if f(S { x: 1 }) { 1 } else { 2 }"), "(if (call f (struct S (x: 1))) 1 2)");
+    assert_eq!(expr("if [S { x: 1 }][0].x { 1 } else { 2 }"), "(if (field (index (array (struct S (x: 1))) 0) x) 1 2)");
+}
+
+// ----- spans
+
+#[test]
+fn spans_cover_the_whole_text() {
+    let src = "fn f(x: f32) -> f32 { let y = (x + 1) * 2; -y.0 ** 2 }";
+    let m = parse_ok(src);
+    let Some(Item::Fn(f)) = m.items.first() else { panic!("expected a function") };
+    let text = |s: super::span::Span| &src[s.start as usize..s.end as usize];
+    assert_eq!(text(f.span), src);
+    assert_eq!(text(f.body.span), "{ let y = (x + 1) * 2; -y.0 ** 2 }");
+    let stmt = &f.body.stmts[0];
+    assert_eq!(text(stmt.span), "let y = (x + 1) * 2;");
+    assert_eq!(text(stmt.value.span), "(x + 1) * 2");
+    let ExprKind::Binary(_, lhs, _) = &stmt.value.kind else { panic!("expected a product") };
+    assert_eq!(text(lhs.span), "(x + 1)");
+    assert_eq!(text(f.body.value.span), "-y.0 ** 2");
+    let ExprKind::Unary(_, pow) = &f.body.value.kind else { panic!("expected a negation") };
+    let ExprKind::Binary(_, base, _) = &pow.kind else { panic!("expected a power") };
+    let ExprKind::TupleField(_, 0, index) = &base.kind else { panic!("expected a tuple field") };
+    assert_eq!(text(base.span), "y.0");
+    assert_eq!(text(*index), "0");
+}
+
+// ----- lexer
+
+#[test]
+fn floats_ranges_and_tuple_fields() {
+    use Tok::*;
+    assert_eq!(tokens("0..10"), [Int(0), DotDot, Int(10)]);
+    assert_eq!(tokens("1.5 1e-3 2.5E+4 1.0e5 1_000.5"), [Float(1.5), Float(1e-3), Float(2.5e4), Float(1.0e5), Float(1000.5)]);
+    assert_eq!(tokens("1. 1.e3"), [Int(1), Dot, Int(1), Dot, Name("e3")]);
+    assert_eq!(tokens("t.0"), [Name("t"), Dot, Int(0)]);
+    // `0.1` after a dot is two tuple fields, not a float.
+    assert_eq!(tokens("t.0.1"), [Name("t"), Dot, Int(0), Dot, Int(1)]);
+    assert_eq!(tokens("x.0..3"), [Name("x"), Dot, Int(0), DotDot, Int(3)]);
+    assert_eq!(tokens("1_000 _ _x x_1"), [Int(1000), Underscore, Name("_x"), Name("x_1")]);
+}
+
+#[test]
+fn keywords_and_punctuation() {
+    use Tok::*;
+    assert_eq!(
+        tokens("use const struct fn let if else for in carry as true false iff"),
+        [Use, Const, Struct, Fn, Let, If, Else, For, In, Carry, As, True, False, Name("iff")]
+    );
+    assert_eq!(
+        tokens("()[]{},;: :: . .. -> = + - * / % ** @ == != < <= > >= && || !"),
+        [
+            LParen, RParen, LBracket, RBracket, LBrace, RBrace, Comma, Semi, Colon, PathSep, Dot, DotDot, Arrow,
+            Assign, Plus, Minus, Star, Slash, Percent, StarStar, At, EqEq, Ne, Lt, Le, Gt, Ge, AndAnd, OrOr, Bang
+        ]
+    );
+}
+
+#[test]
+fn comments_nest() {
+    use Tok::*;
+    assert_eq!(tokens("a /* b /* c */ d */ e // f\ng"), [Name("a"), Name("e"), Name("g")]);
+    assert_eq!(tokens("a /**/ b /* ** / */ c"), [Name("a"), Name("b"), Name("c")]);
+    assert_eq!(codes("/* a /* b */"), ["E0004"]);
+}
+
+#[test]
+fn lexer_errors_recover() {
+    assert_eq!(codes("fn f() -> i32 { 1 $ }"), ["E0003"]);
+    assert_eq!(codes("fn f() -> i32 { 1 } # fn g() -> i32 { 2 € }"), ["E0003", "E0003"]);
+    assert_eq!(codes("const A: i32 = 99999999999999999999;"), ["E0005"]);
+    assert_eq!(codes("fn f(t: T) -> i32 { t.99999999999 }"), ["E0005"]);
+    // A run of bad characters is one error, and the parse error it causes is not repeated.
+    let (m, diags) = parse(0, "fn f() -> i32 { 1 $$$ + 2 }");
+    assert_eq!(diags.len(), 1, "{diags:?}");
+    assert_eq!(m.items.len(), 1);
+}
+
+// ----- errors
+
+#[test]
+fn recovery_keeps_good_items() {
+    let src = "fn a() -> i32 { 1 + }\nfn b() -> i32 { 2 }\nfn c() -> i32 { let x = 1 let y = 2; y }\nstruct S { x: f32 }";
+    let (m, diags) = parse(0, src);
+    assert_eq!(diags.iter().map(|d| d.code).collect::<Vec<_>>(), ["E0001", "E0001"]);
+    assert_eq!(
+        print_module(&m),
+        "(fn b -> i32\n  2)\n\n(fn c -> i32\n  y)\n\n(struct S\n  (x: f32))\n",
+        "the broken `let` is dropped from `c`"
+    );
+}
+
+#[test]
+fn messages() {
+    let message = |src: &str| parse(0, src).1.first().map(|d| (d.message.clone(), d.help.clone()));
+    let m = |msg: &str, help: Option<&str>| Some((msg.to_string(), help.map(String::from)));
+    assert_eq!(message("fn f(a: f32; b: f32) -> f32 { a }"), m("expected one of `)` or `,`, found `;`", None));
+    assert_eq!(
+        message("fn f() -> f32 { let a = 1 a }"),
+        m("expected `;` or an operator, found identifier `a`", Some("add `;` after the `let` statement"))
+    );
+    assert_eq!(message("const A: i32 = 1"), m("unexpected end of file, expected `;` or an operator", Some("add `;` after the `const` item")));
+    assert_eq!(message("fn f() -> f32 { let a = ; a }"), m("expected an expression, found `;`", None));
+    assert_eq!(message("fn f() -> f32 { if a { 1 } }"), m("expected `else`, found `}`", Some("`if` is an expression, so it needs an `else` branch")));
+    assert_eq!(message("fn f() -> f32 { if a = 1 { 1 } else { 2 } }").map(|(_, h)| h), Some(Some("to compare two values, use `==`".into())));
+    assert_eq!(message("fn 1"), m("expected an identifier, found integer `1`", None));
+    assert_eq!(message("let x = 1;"), m("expected one of `const`, `fn`, `struct` or `use`, found keyword `let`", None));
+}
+
+#[test]
+fn unclosed_delimiters_are_labelled() {
+    let (_, diags) = parse(0, "fn f() -> f32 {\n    g(1, [2, 3]\n");
+    let [d] = diags.as_slice() else { panic!("expected one error, got {diags:?}") };
+    assert_eq!(d.code, "E0002");
+    let opened: Vec<u32> = d.secondary.iter().map(|(s, _)| s.start).collect();
+    assert_eq!(opened, [14, 21], "the `{{` and the `(`");
+}
+
+#[test]
+fn nesting_is_bounded() {
+    let deep = format!("fn f() -> i32 {{ {}1{} }}", "(".repeat(100_000), ")".repeat(100_000));
+    assert_eq!(codes(&deep), ["E0007"]);
+    let long = format!("fn f() -> i32 {{ 1{} }}", " + 1".repeat(100_000));
+    assert_eq!(codes(&long), ["E0007"]);
+    let unclosed = format!("fn f() -> i32 {{ {}", "-(".repeat(1_000));
+    assert_eq!(codes(&unclosed), ["E0007"]);
+    // Realistic depth is fine, and so are long flat lists.
+    let nested = format!("fn f() -> i32 {{ {}1{} }}", "(1 + ".repeat(60), ")".repeat(60));
+    assert_eq!(codes(&nested), Vec::<&str>::new());
+    let flat = format!("fn f() -> i32[3] {{ [{}] }}", "-1, ".repeat(100_000));
+    assert_eq!(codes(&flat), Vec::<&str>::new());
+}
+
+/// The diagnostics for each fixture in `tests/ui/parse`, as a user sees them.
+#[test]
+fn parse_error_fixtures() {
+    insta::glob!("../../tests/ui/parse/*.pod", |path| {
+        let src = std::fs::read_to_string(path).unwrap_or_default();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let mut map = SourceMap::default();
+        let file = map.add(name, src.clone());
+        let (_, diags) = parse(file, &src);
+        assert!(!diags.is_empty(), "{} parses without errors", path.display());
+        insta::assert_snapshot!(format!("----- SOURCE CODE\n{src}\n----- ERROR\n{}", render_plain(&map, &diags)));
+    });
+}
+
+// ----- robustness
+
+/// A valid program using every construct, for the sweeps below.
+const PROGRAM: &str = r"
+use std::nn::{Mlp, mlp};
+use std::random::Key;
+/* a /* nested */ comment */
+const ROWS: i32 = 10;
+const EPS: f32 = 1e-3;
+struct State { x: f32, n: i32, v: f32[ROWS, 4], }
+struct Params<H> { policy: Mlp<50, H, 3>, t: (f32, (i32, f32)) }
+fn step<N>(s: State, p: Params<N>, key: Key, m: f32[N, 4]) -> (State, f32) {
+    let (a, (b, _)) = (s.x * 2.0 ** -1, (s.n as f32, 0));
+    let c: f32[4] = m[0, :] + m[1:3, 1:][0] - [1.0, 2.0, 3.0, 4.5,];
+    let d = if a < b && !(b >= EPS) || s.n != 3 { { let z = a % 2.0; z } } else if a == b { -a } else { p.t.1.0 as f32 };
+    let e = for i in 0..ROWS - 1 carry (acc, k) = (0.0, key) { (acc + m.sum() @ c, split(k).0) };
+    (State { x: d, n: s.n + 1, v: s.v }, e.0 / ROWS as f32)
+}
+";
+
+/// A deterministic xorshift generator, so that failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+#[test]
+fn the_sweep_program_is_valid() {
+    parse_ok(PROGRAM);
+}
+
+/// Cutting the program anywhere but at the end of an item must be reported, and cutting
+/// it at the end of one must not.
+#[test]
+fn every_prefix_parses_without_panicking() {
+    let full = parse_ok(PROGRAM);
+    let mut ends: Vec<usize> = full.uses.iter().map(|u| u.span.end as usize).collect();
+    ends.extend(full.items.iter().map(|item| match item {
+        Item::Const(c) => c.span.end as usize,
+        Item::Struct(s) => s.span.end as usize,
+        Item::Fn(f) => f.span.end as usize,
+    }));
+    for end in 0..=PROGRAM.len() {
+        let prefix = &PROGRAM[..end];
+        let (_, diags) = parse(0, prefix);
+        render(prefix, &diags);
+        let lexed = lex(0, prefix);
+        let at_item_end = lexed.tokens.last().is_none_or(|&(_, _, e)| ends.contains(&e));
+        let valid = lexed.diags.is_empty() && at_item_end;
+        assert_eq!(diags.is_empty(), valid, "prefix {end}:\n{prefix}\n{}", render(prefix, &diags));
+    }
+}
+
+/// Random byte edits never panic; edits that unbalance delimiters are always reported.
+#[test]
+fn mutations_parse_without_panicking() {
+    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let pieces: [&[u8]; 12] = [b"(", b")", b"{", b"}", b";", b"..", b"/*", b"\xE2\x82", b"\0", b"let", b"<", b"."];
+    for _ in 0..300 {
+        let mut bytes = PROGRAM.as_bytes().to_vec();
+        for _ in 0..=rng.below(3) {
+            let at = rng.below(bytes.len());
+            match rng.below(4) {
+                0 => {
+                    bytes.remove(at);
+                }
+                1 => bytes.insert(at, (rng.next() & 0xFF) as u8),
+                2 => {
+                    let piece = pieces[rng.below(pieces.len())];
+                    bytes.splice(at..at, piece.iter().copied());
+                }
+                _ => bytes.swap(at, rng.below(bytes.len())),
+            }
+        }
+        let src = String::from_utf8_lossy(&bytes);
+        let (m, diags) = parse(0, &src);
+        render(&src, &diags);
+        print_module(&m);
+    }
+    // The comment is the only place where an extra opener would be harmless.
+    let comment_end = PROGRAM.find("comment */").map_or(0, |i| i + "comment */".len());
+    for _ in 0..200 {
+        let at = comment_end + rng.below(PROGRAM.len() - comment_end);
+        let opener = ["(", "[", "{"][rng.below(3)];
+        let src = format!("{}{opener}{}", &PROGRAM[..at], &PROGRAM[at..]);
+        assert!(!parse(0, &src).1.is_empty(), "no error after inserting `{opener}` at {at}");
+    }
+}

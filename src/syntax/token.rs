@@ -21,7 +21,8 @@ pub enum LexError {
 #[derive(Logos, Clone, Copy, Debug, PartialEq)]
 #[logos(error = LexError)]
 #[logos(skip r"[ \t\r\n\f]+")]
-#[logos(skip r"//[^\n]*")]
+// A line comment runs to the end of its line, which is what the greedy `[^\n]*` means.
+#[logos(skip(r"//[^\n]*", allow_greedy = true))]
 #[logos(skip("/\\*", callback = block_comment))]
 pub enum Tok<'s> {
     /// `x`, `Dense`, `f32`: dtype names are ordinary identifiers.
@@ -35,7 +36,7 @@ pub enum Tok<'s> {
     #[regex(r"[0-9][0-9_]*[eE][+-]?[0-9][0-9_]*", |lex| parse_float(lex.slice()))]
     Float(f64),
     /// The wildcard `_` (while `_x` is a name).
-    #[token("_")]
+    #[token("_", priority = 3)]
     Underscore,
 
     // keywords
