@@ -25,7 +25,6 @@ pub mod ir;
 pub mod lower;
 pub mod prims;
 pub mod resolve;
-#[allow(unsafe_code)]
 pub mod runtime;
 pub mod syntax;
 pub mod types;

@@ -5,7 +5,7 @@ mod common;
 
 use common::{assert_close, entry, run_both};
 use podracer::array::Array;
-use podracer::io::outputs_json;
+use podracer::io::show;
 use std::path::Path;
 
 fn example(name: &str) -> Vec<Array> {
@@ -46,11 +46,12 @@ fn reduce() {
 }
 
 /// Every test program under `tests/pass/`: the device agrees with the interpreter, and
-/// the printed results (from the device) are snapshotted.
+/// the device's results, as `podc run` prints them, are snapshotted.
 #[test]
 fn pass_programs_agree() {
     insta::glob!("pass/*.pod", |path| {
-        let out = run_both(&entry(path), &[]);
-        insta::assert_snapshot!(serde_json::to_string_pretty(&outputs_json("main", &out)).expect("json"));
+        let e = entry(path);
+        let out = run_both(&e, &[]);
+        insta::assert_snapshot!(show(&e.ret, &out));
     });
 }

@@ -420,16 +420,17 @@ impl<'p> Elab<'p> {
     /// return type, an argument): weak literals adapt, and a mismatch is reported.
     pub(crate) fn expr_expect(&mut self, e: &ast::Expr, expected: &Ty) -> Val {
         let v = self.expr_with(e, Some(expected));
-        self.coerce(v, expected, e.span, None)
+        self.coerce(v, expected, tail_span(e), None)
     }
 
     pub(crate) fn coerce(&mut self, v: Val, expected: &Ty, span: Span, because: Option<(Span, String)>) -> Val {
+        // A value that meets an expected type takes it on, and is no longer weak.
         if v.ty == *expected {
-            return Val { ty: if v.ty.is_error() { expected.clone() } else { v.ty }, ..v };
+            return Val { ty: if v.ty.is_error() { expected.clone() } else { v.ty }, weak: false, ..v };
         }
         if let (true, Ty::Array(want, wd), Ty::Array(have, hd)) = (v.weak, expected, &v.ty) {
             if wd == hd && (want.is_float() || !have.is_float()) {
-                return self.convert(v, *want, span);
+                return Val { weak: false, ..self.convert(v, *want, span) };
             }
         }
         self.err(TypeError::Mismatch { expected: expected.clone(), found: v.ty, span, because })
@@ -874,6 +875,14 @@ impl<'p> Elab<'p> {
         };
         let outs = b.end_loop(lo as i64, hi as i64, &init_v.vars, params, next.vars);
         Val::of(carry_ty, outs)
+    }
+}
+
+/// Where a value comes from: a block's final expression rather than the whole block.
+fn tail_span(e: &ast::Expr) -> Span {
+    match &e.kind {
+        ExprKind::Block(b) => tail_span(&b.value),
+        _ => e.span,
     }
 }
 

@@ -245,13 +245,14 @@ impl Elab<'_> {
                 (start[k], limit[k]) = (*a as usize, *b as usize);
             }
         }
-        let mut cur = if limit != shape { self.apply(Prim::Slice(Slice { start, limit: limit.clone() }), &[&v]) } else { v.clone() };
+        let mut cur = if limit != shape || start.iter().any(|&s| s != 0) { self.apply(Prim::Slice(Slice { start, limit }), &[&v]) } else { v.clone() };
         // 2. Dynamic slice of size one along each indexed axis, then drop those axes.
         if picks.iter().any(|p| matches!(p, Pick::At(_))) {
             let zero = self.known_val(Array::i32(vec![], vec![0]), Ty::scalar(DType::I32), false);
             let mut starts = vec![];
-            let mut sizes = limit.clone();
-            for (k, n) in limit.iter().enumerate() {
+            let sliced_shape = val_shape(&cur);
+            let mut sizes = sliced_shape.clone();
+            for (k, n) in sliced_shape.iter().enumerate() {
                 match picks.get(k) {
                     Some(Pick::At(i)) => {
                         sizes[k] = 1;

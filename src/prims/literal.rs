@@ -49,7 +49,9 @@ fn value_text(a: &Array) -> String {
             None => element(&a.data, offset),
             Some((&len, rest)) => {
                 let chunk: usize = rest.iter().product();
-                let items: Vec<String> = (0..len).map(|i| nest(a, offset + i * chunk, rest)).collect();
+                let items: Vec<String> = (0..len)
+                    .map(|i| nest(a, offset + i * chunk, rest))
+                    .collect();
                 format!("[{}]", items.join(", "))
             }
         }
@@ -69,7 +71,11 @@ impl Rules for Constant {
     fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
         expect_arity("constant", args, 0)?;
         if self.value.shape.iter().product::<usize>() != self.value.data.len() {
-            return Err(format!("constant: {} elements do not fill shape {:?}", self.value.data.len(), self.value.shape));
+            return Err(format!(
+                "constant: {} elements do not fill shape {:?}",
+                self.value.data.len(),
+                self.value.shape
+            ));
         }
         Ok(vec![self.value.ty()])
     }
@@ -78,7 +84,13 @@ impl Rules for Constant {
         vec![self.value.clone()]
     }
 
-    fn lower(&self, cx: &mut LowerCx, _args: &[String], _arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
+    fn lower(
+        &self,
+        cx: &mut LowerCx,
+        _args: &[String],
+        _arg_tys: &[ArrayTy],
+        _outs: &[ArrayTy],
+    ) -> Vec<String> {
         vec![cx.constant(&self.value)]
     }
 }
@@ -95,7 +107,10 @@ impl Rules for Iota {
     fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
         expect_arity("iota", args, 0)?;
         if self.dim >= self.ty.rank() {
-            return Err(format!("iota: dim {} is out of range for {}", self.dim, self.ty));
+            return Err(format!(
+                "iota: dim {} is out of range for {}",
+                self.dim, self.ty
+            ));
         }
         if self.ty.dtype == DType::Bool {
             return Err("iota is not defined on bool".to_string());
@@ -115,7 +130,19 @@ impl Rules for Iota {
         vec![Array::new(self.ty.shape.clone(), data)]
     }
 
-    fn lower(&self, cx: &mut LowerCx, _args: &[String], _arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
-        vec![cx.op("stablehlo.iota", &[], &format!("iota_dimension = {} : i64", self.dim), &[], &outs[0])]
+    fn lower(
+        &self,
+        cx: &mut LowerCx,
+        _args: &[String],
+        _arg_tys: &[ArrayTy],
+        outs: &[ArrayTy],
+    ) -> Vec<String> {
+        vec![cx.op(
+            "stablehlo.iota",
+            &[],
+            &format!("iota_dimension = {} : i64", self.dim),
+            &[],
+            &outs[0],
+        )]
     }
 }

@@ -103,7 +103,9 @@ pub fn expect_arity(name: &str, args: &[ArrayTy], n: usize) -> Result<(), String
 pub fn check_axes(name: &str, what: &str, axes: &[usize], rank: usize) -> Result<(), String> {
     for (k, &a) in axes.iter().enumerate() {
         if a >= rank {
-            return Err(format!("{name}: {what} {a} is out of range for rank {rank}"));
+            return Err(format!(
+                "{name}: {what} {a} is out of range for rank {rank}"
+            ));
         }
         if axes[..k].contains(&a) {
             return Err(format!("{name}: {what} {a} appears twice"));
@@ -117,7 +119,9 @@ pub fn expect_index(name: &str, t: &ArrayTy) -> Result<(), String> {
     if t.dtype == DType::I32 && t.shape.is_empty() {
         Ok(())
     } else {
-        Err(format!("{name}: start indices must be i32 scalars, got {t}"))
+        Err(format!(
+            "{name}: start indices must be i32 scalars, got {t}"
+        ))
     }
 }
 

@@ -22,7 +22,12 @@ pub struct Lexed<'s> {
 /// Splits `src` into tokens. Never fails: invalid characters, unterminated comments and
 /// oversized integers each give a diagnostic (E0003, E0004, E0005), and lexing goes on.
 pub fn lex(file: FileId, src: &str) -> Lexed<'_> {
-    let mut out = Lexed { tokens: vec![], diags: vec![], after_error: vec![], eof_after_error: false };
+    let mut out = Lexed {
+        tokens: vec![],
+        diags: vec![],
+        after_error: vec![],
+        eof_after_error: false,
+    };
     // A run of adjacent invalid characters is reported once.
     let mut bad_run: Option<(usize, usize)> = None;
     let mut pending_error = false;
@@ -56,8 +61,13 @@ pub fn lex(file: FileId, src: &str) -> Lexed<'_> {
                 }
                 let open = Span::new(file, span.start, span.start + 2);
                 out.diags.push(
-                    Diag::new("E0004", "unterminated block comment", open, "this comment is never closed")
-                        .with_note("block comments nest: each `/*` needs its own `*/`"),
+                    Diag::new(
+                        "E0004",
+                        "unterminated block comment",
+                        open,
+                        "this comment is never closed",
+                    )
+                    .with_note("block comments nest: each `/*` needs its own `*/`"),
                 );
                 pending_error = true;
             }
@@ -76,7 +86,14 @@ pub fn lex(file: FileId, src: &str) -> Lexed<'_> {
 
 /// Pushes a token, first splitting a float that follows a `.`: in `t.0.1` the automaton
 /// sees `t`, `.`, `0.1`, but the only reading that parses is two tuple fields.
-fn push_token<'s>(out: &mut Lexed<'s>, file: FileId, src: &'s str, tok: Tok<'s>, start: usize, end: usize) {
+fn push_token<'s>(
+    out: &mut Lexed<'s>,
+    file: FileId,
+    src: &'s str,
+    tok: Tok<'s>,
+    start: usize,
+    end: usize,
+) {
     let after_dot = matches!(out.tokens.last(), Some((_, Tok::Dot, _)));
     let text = src.get(start..end).unwrap_or("");
     if let (Tok::Float(_), true) = (tok, after_dot)
@@ -103,8 +120,13 @@ fn push_int(out: &mut Lexed<'_>, file: FileId, digits: &str, start: usize, end: 
 }
 
 fn int_too_large(file: FileId, start: usize, end: usize) -> Diag {
-    Diag::new("E0005", "integer literal is too large", Span::new(file, start, end), "does not fit in 64 bits")
-        .with_note(format!("the largest integer literal is {}", u64::MAX))
+    Diag::new(
+        "E0005",
+        "integer literal is too large",
+        Span::new(file, start, end),
+        "does not fit in 64 bits",
+    )
+    .with_note(format!("the largest integer literal is {}", u64::MAX))
 }
 
 /// E0003 for the invalid characters in `start..end`.
@@ -116,12 +138,22 @@ fn invalid_chars(file: FileId, src: &str, (start, mut end): (usize, usize)) -> D
     let text = src.get(start..end).unwrap_or("");
     let shown: String = text.chars().flat_map(char::escape_debug).collect();
     let several = text.chars().nth(1).is_some();
-    let message = if several {
-        format!("invalid characters `{shown}`")
+    let quoted = if shown.contains('`') {
+        format!("'{shown}'")
     } else {
-        format!("invalid character `{shown}`")
+        format!("`{shown}`")
     };
-    let diag = Diag::new("E0003", message, Span::new(file, start, end), "not part of any token");
+    let message = if several {
+        format!("invalid characters {quoted}")
+    } else {
+        format!("invalid character {quoted}")
+    };
+    let diag = Diag::new(
+        "E0003",
+        message,
+        Span::new(file, start, end),
+        "not part of any token",
+    );
     match text {
         "&" => diag.with_help("logical and is written `&&`"),
         "|" => diag.with_help("logical or is written `||`"),

@@ -10,7 +10,13 @@ use lalrpop_util::{ErrorRecovery, ParseError};
 use std::convert::Infallible;
 
 lalrpop_util::lalrpop_mod!(
-    #[allow(clippy::all, clippy::pedantic, unused_qualifications, unused_imports, dead_code)]
+    #[allow(
+        clippy::all,
+        clippy::pedantic,
+        unused_qualifications,
+        unused_imports,
+        dead_code
+    )]
     grammar,
     "/pod.rs"
 );
@@ -35,21 +41,25 @@ pub(crate) struct Sink<'s> {
     pub(crate) diags: Vec<Diag>,
 }
 
-/// A `use` declaration or an item, in file order.
-pub(crate) enum TopLevel {
-    Use(Use),
-    Item(Item),
-}
-
 /// Parses one file. See [`crate::syntax`] for the error codes.
 pub fn parse(file: FileId, src: &str) -> (Module, Vec<Diag>) {
     let lexed = lexer::lex(file, src);
     let mut diags = lexed.diags;
-    let empty = Module { uses: vec![], items: vec![] };
+    let empty = Module {
+        uses: vec![],
+        items: vec![],
+    };
     if let Some((start, end)) = nesting_bound(&lexed.tokens) {
         diags.push(
-            Diag::new("E0007", "expression nested too deeply", Span::new(file, start, end), "nesting limit reached here")
-                .with_note(format!("podracer accepts at most {MAX_NESTING} levels of nested expressions")),
+            Diag::new(
+                "E0007",
+                "expression nested too deeply",
+                Span::new(file, start, end),
+                "nesting limit reached here",
+            )
+            .with_note(format!(
+                "podracer accepts at most {MAX_NESTING} levels of nested expressions"
+            )),
         );
         return (empty, diags);
     }
@@ -59,7 +69,10 @@ pub fn parse(file: FileId, src: &str) -> (Module, Vec<Diag>) {
         Ok(module) => module,
         // Only reachable when recovery fails, which the item-level `!` should prevent.
         Err(error) => {
-            sink.recovered.push(ErrorRecovery { error, dropped_tokens: vec![] });
+            sink.recovered.push(ErrorRecovery {
+                error,
+                dropped_tokens: vec![],
+            });
             empty
         }
     };
@@ -70,7 +83,11 @@ pub fn parse(file: FileId, src: &str) -> (Module, Vec<Diag>) {
         after_error: &lexed.after_error,
         eof_after_error: lexed.eof_after_error,
     };
-    diags.extend(sink.recovered.into_iter().filter_map(|r| ctx.syntax_error(r.error)));
+    diags.extend(
+        sink.recovered
+            .into_iter()
+            .filter_map(|r| ctx.syntax_error(r.error)),
+    );
     diags.extend(sink.diags);
     diags.sort_by_key(|d| (d.primary.0.start, d.primary.0.end));
     (module, diags)
@@ -78,23 +95,18 @@ pub fn parse(file: FileId, src: &str) -> (Module, Vec<Diag>) {
 
 // ----- helpers for the grammar's actions
 
-pub(crate) fn module(entries: Vec<Option<TopLevel>>) -> Module {
-    let mut m = Module { uses: vec![], items: vec![] };
-    for entry in entries.into_iter().flatten() {
-        match entry {
-            TopLevel::Use(u) => m.uses.push(u),
-            TopLevel::Item(i) => m.items.push(i),
-        }
-    }
-    m
-}
-
 pub(crate) fn expr(kind: ExprKind, lo: usize, hi: usize, file: FileId) -> Expr {
-    Expr { kind, span: Span::new(file, lo, hi) }
+    Expr {
+        kind,
+        span: Span::new(file, lo, hi),
+    }
 }
 
 pub(crate) fn binary(op: BinOp, l: Expr, r: Expr, span: Span) -> Expr {
-    Expr { kind: ExprKind::Binary(op, Box::new(l), Box::new(r)), span }
+    Expr {
+        kind: ExprKind::Binary(op, Box::new(l), Box::new(r)),
+        span,
+    }
 }
 
 /// `(e)` is `e` (its span widened to the parentheses), `()`, `(e,)` and `(a, b)` are tuples.
@@ -103,7 +115,10 @@ pub(crate) fn paren_or_tuple(mut items: Vec<Expr>, last: Option<Expr>, span: Spa
         Some(e) if items.is_empty() => Expr { span, ..e },
         last => {
             items.extend(last);
-            Expr { kind: ExprKind::Tuple(items), span }
+            Expr {
+                kind: ExprKind::Tuple(items),
+                span,
+            }
         }
     }
 }
@@ -114,7 +129,10 @@ pub(crate) fn tuple_type(mut items: Vec<Type>, last: Option<Type>, span: Span) -
         Some(t) if items.is_empty() => Type { span, ..t },
         last => {
             items.extend(last);
-            Type { kind: TypeKind::Tuple(items), span }
+            Type {
+                kind: TypeKind::Tuple(items),
+                span,
+            }
         }
     }
 }
@@ -133,7 +151,10 @@ pub(crate) fn tuple_pat(mut items: Vec<Pat>, last: Option<Pat>, span: Span) -> P
 /// A type written as a bare name: a scalar if it is a dtype, else a struct without arguments.
 pub(crate) fn word_type(name: Ident, span: Span) -> Type {
     let kind = if DTYPE_NAMES.contains(&name.name.as_str()) {
-        TypeKind::Array { dtype: name, dims: vec![] }
+        TypeKind::Array {
+            dtype: name,
+            dims: vec![],
+        }
     } else {
         TypeKind::Named { name, args: vec![] }
     };
@@ -141,19 +162,38 @@ pub(crate) fn word_type(name: Ident, span: Span) -> Type {
 }
 
 /// `e.3`; an index beyond `u32` is reported (E0005) and clamped.
-pub(crate) fn tuple_field(sink: &mut Sink<'_>, e: Expr, index: u64, index_span: Span, span: Span) -> Expr {
+pub(crate) fn tuple_field(
+    sink: &mut Sink<'_>,
+    e: Expr,
+    index: u64,
+    index_span: Span,
+    span: Span,
+) -> Expr {
     let index = u32::try_from(index).unwrap_or_else(|_| {
-        sink.diags.push(Diag::new("E0005", "tuple index is too large", index_span, "does not fit in 32 bits"));
+        sink.diags.push(Diag::new(
+            "E0005",
+            "tuple index is too large",
+            index_span,
+            "does not fit in 32 bits",
+        ));
         u32::MAX
     });
-    Expr { kind: ExprKind::TupleField(Box::new(e), index, index_span), span }
+    Expr {
+        kind: ExprKind::TupleField(Box::new(e), index, index_span),
+        span,
+    }
 }
 
 /// E0006, for the second operator of `a < b < c` (`first` is `a < b`).
 pub(crate) fn chained_comparison(first: &Expr, op: Span) -> Diag {
-    Diag::new("E0006", "comparison operators cannot be chained", op, "second comparison")
-        .with_label(first.span, "this is already a comparison")
-        .with_help("join two comparisons with `&&`, as in `a < b && b < c`")
+    Diag::new(
+        "E0006",
+        "comparison operators cannot be chained",
+        op,
+        "second comparison",
+    )
+    .with_label(first.span, "this is already a comparison")
+    .with_help("join two comparisons with `&&`, as in `a < b && b < c`")
 }
 
 // ----- diagnostics
@@ -171,15 +211,18 @@ impl ErrorContext<'_, '_> {
     /// The diagnostic for one syntax error, or `None` when a lexical error already explains it.
     fn syntax_error(&self, error: SyntaxError<'_>) -> Option<Diag> {
         match error {
-            ParseError::UnrecognizedToken { token: (start, tok, end), expected } => {
+            ParseError::UnrecognizedToken {
+                token: (start, tok, end),
+                expected,
+            } => {
                 if self.after_error.contains(&start) {
                     return None;
                 }
                 Some(self.unexpected(start, tok, end, &expected))
             }
-            ParseError::ExtraToken { token: (start, tok, end) } => {
-                Some(self.unexpected(start, tok, end, &["end of file".to_string()]))
-            }
+            ParseError::ExtraToken {
+                token: (start, tok, end),
+            } => Some(self.unexpected(start, tok, end, &["end of file".to_string()])),
             ParseError::UnrecognizedEof { location, expected } => {
                 if self.eof_after_error {
                     return None;
@@ -189,7 +232,12 @@ impl ErrorContext<'_, '_> {
             // The lexer hands over only known tokens, but a clear message costs nothing.
             ParseError::InvalidToken { location } => {
                 let span = Span::new(self.file, location, location);
-                Some(Diag::new("E0001", "unexpected token", span, "unexpected token"))
+                Some(Diag::new(
+                    "E0001",
+                    "unexpected token",
+                    span,
+                    "unexpected token",
+                ))
             }
             ParseError::User { error } => match error {},
         }
@@ -202,12 +250,42 @@ impl ErrorContext<'_, '_> {
             Some(expected) => format!("{expected}, found {found}"),
             None => format!("unexpected {found}"),
         };
-        let diag = Diag::new("E0001", message, Span::new(self.file, start, end), format!("unexpected {found}"));
+        let diag = Diag::new(
+            "E0001",
+            message,
+            Span::new(self.file, start, end),
+            format!("unexpected {found}"),
+        );
         let at = self.tokens.partition_point(|&(s, _, _)| s < start);
         let diag = if tok == Tok::Assign && has(expected, "==") {
             diag.with_help("to compare two values, use `==`")
         } else {
             diag
+        };
+        // `f(a, b;` or `f(a, b }`: the list ended while a delimiter was still open.
+        let ends_a_list = matches!(tok, Tok::RParen | Tok::RBracket | Tok::RBrace | Tok::Semi);
+        let innermost = self
+            .tokens
+            .get(..at)
+            .map(unclosed_delimiters)
+            .and_then(|open| open.last().copied());
+        let diag = match innermost {
+            Some((open_start, opener, open_end)) if ends_a_list => {
+                let closer = match opener {
+                    Tok::LParen => ")",
+                    Tok::LBracket => "]",
+                    _ => "}",
+                };
+                if has(expected, closer) {
+                    diag.with_label(
+                        Span::new(self.file, open_start, open_end),
+                        "unclosed delimiter",
+                    )
+                } else {
+                    diag
+                }
+            }
+            _ => diag,
         };
         self.with_help(diag, at, expected)
     }
@@ -220,7 +298,7 @@ impl ErrorContext<'_, '_> {
         };
         let span = Span::new(self.file, location, location);
         let mut diag = Diag::new("E0002", message, span, "the file ends here");
-        for (start, end) in unclosed_delimiters(self.tokens) {
+        for (start, _, end) in unclosed_delimiters(self.tokens) {
             diag = diag.with_label(Span::new(self.file, start, end), "unclosed delimiter");
         }
         self.with_help(diag, self.tokens.len(), expected)
@@ -266,10 +344,25 @@ fn has(expected: &[String], terminal: &str) -> bool {
 
 /// Tokens that can start an expression: when all are expected, the message says
 /// "an expression" instead of listing them.
-const EXPR_START: [&str; 12] = ["identifier", "integer", "float", "true", "false", "(", "[", "{", "-", "!", "if", "for"];
+const EXPR_START: [&str; 12] = [
+    "identifier",
+    "integer",
+    "float",
+    "true",
+    "false",
+    "(",
+    "[",
+    "{",
+    "-",
+    "!",
+    "if",
+    "for",
+];
 
 /// Binary operators: when several are expected, the message says "an operator".
-const BINARY_OPS: [&str; 15] = ["+", "-", "*", "/", "%", "**", "@", "==", "!=", "<", "<=", ">", ">=", "&&", "||"];
+const BINARY_OPS: [&str; 15] = [
+    "+", "-", "*", "/", "%", "**", "@", "==", "!=", "<", "<=", ">", ">=", "&&", "||",
+];
 
 /// Postfix forms, folded into "an operator" along with the binary operators.
 const POSTFIX_OPS: [&str; 4] = ["as", ".", "[", "("];
@@ -307,10 +400,10 @@ fn expected_phrase(expected: &[String]) -> Option<String> {
     }
 }
 
-/// Byte ranges of the opening delimiters that are never closed. A closer pops back to its
+/// The opening delimiters that are never closed, outermost first. A closer pops back to its
 /// matching opener (so a stray `)` inside `{ ... }` does not hide the `{`).
-fn unclosed_delimiters(tokens: &[Spanned<'_>]) -> Vec<(usize, usize)> {
-    let mut open: Vec<(usize, Tok<'_>, usize)> = vec![];
+fn unclosed_delimiters<'s>(tokens: &[Spanned<'s>]) -> Vec<Spanned<'s>> {
+    let mut open: Vec<Spanned<'s>> = vec![];
     for &(start, tok, end) in tokens {
         let opener = match tok {
             Tok::LParen | Tok::LBracket | Tok::LBrace => {
@@ -326,7 +419,7 @@ fn unclosed_delimiters(tokens: &[Spanned<'_>]) -> Vec<(usize, usize)> {
             open.truncate(i);
         }
     }
-    open.into_iter().map(|(start, _, end)| (start, end)).collect()
+    open
 }
 
 /// An upper bound on how deeply the parse tree can nest, computed from tokens alone; if it

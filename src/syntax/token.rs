@@ -166,7 +166,9 @@ fn block_comment<'s>(lex: &mut Lexer<'s, Tok<'s>>) -> Result<(), LexError> {
 pub(crate) fn parse_int(digits: &str) -> Result<u64, LexError> {
     digits.chars().filter(|&c| c != '_').try_fold(0u64, |n, c| {
         let d = c.to_digit(10).ok_or(LexError::InvalidChar)?;
-        n.checked_mul(10).and_then(|n| n.checked_add(u64::from(d))).ok_or(LexError::IntTooLarge)
+        n.checked_mul(10)
+            .and_then(|n| n.checked_add(u64::from(d)))
+            .ok_or(LexError::IntTooLarge)
     })
 }
 
@@ -176,57 +178,6 @@ fn parse_float(text: &str) -> Option<f64> {
 }
 
 impl Tok<'_> {
-    /// The token's spelling for messages, when it is always spelt the same way.
-    pub fn fixed_text(&self) -> Option<&'static str> {
-        Some(match self {
-            Tok::Name(_) | Tok::Int(_) | Tok::Float(_) => return None,
-            Tok::Underscore => "_",
-            Tok::Use => "use",
-            Tok::Const => "const",
-            Tok::Struct => "struct",
-            Tok::Fn => "fn",
-            Tok::Let => "let",
-            Tok::If => "if",
-            Tok::Else => "else",
-            Tok::For => "for",
-            Tok::In => "in",
-            Tok::Carry => "carry",
-            Tok::As => "as",
-            Tok::True => "true",
-            Tok::False => "false",
-            Tok::LParen => "(",
-            Tok::RParen => ")",
-            Tok::LBracket => "[",
-            Tok::RBracket => "]",
-            Tok::LBrace => "{",
-            Tok::RBrace => "}",
-            Tok::Comma => ",",
-            Tok::Semi => ";",
-            Tok::Colon => ":",
-            Tok::PathSep => "::",
-            Tok::Dot => ".",
-            Tok::DotDot => "..",
-            Tok::Arrow => "->",
-            Tok::Assign => "=",
-            Tok::Plus => "+",
-            Tok::Minus => "-",
-            Tok::Star => "*",
-            Tok::Slash => "/",
-            Tok::Percent => "%",
-            Tok::StarStar => "**",
-            Tok::At => "@",
-            Tok::EqEq => "==",
-            Tok::Ne => "!=",
-            Tok::Lt => "<",
-            Tok::Le => "<=",
-            Tok::Gt => ">",
-            Tok::Ge => ">=",
-            Tok::AndAnd => "&&",
-            Tok::OrOr => "||",
-            Tok::Bang => "!",
-        })
-    }
-
     /// Whether the token is a keyword (messages call it "keyword `let`").
     pub fn is_keyword(&self) -> bool {
         matches!(
@@ -246,7 +197,6 @@ impl Tok<'_> {
                 | Tok::False
         )
     }
-
 
     /// How messages name the token, given its source text: "`;`", "keyword `let`",
     /// "identifier `x`", "integer `1_000`".

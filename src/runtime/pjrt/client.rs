@@ -108,7 +108,7 @@ impl Client {
 
     /// The PJRT C API version the plugin was built with.
     pub fn api_version(&self) -> ApiVersion {
-        let (major, minor) = self.handle.api().version();
+        let (major, minor) = self.handle.api_version();
         ApiVersion { major, minor }
     }
 

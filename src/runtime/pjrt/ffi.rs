@@ -568,11 +568,6 @@ pub(crate) fn load(path: &Path) -> Result<&'static Api> {
 }
 
 impl Api {
-    /// The plugin's PJRT C API version (major, minor).
-    pub(crate) fn version(&self) -> (i32, i32) {
-        self.version
-    }
-
     /// Calls `f` with `args` and turns a returned error into a [`RuntimeError`].
     /// `args` must be the args struct of `f`, filled in as its documentation requires.
     fn call<A>(&self, f: ErrFn<A>, name: &'static str, args: &mut A) -> Result<()> {
@@ -819,9 +814,9 @@ impl ClientHandle {
         })
     }
 
-    /// The plugin's API version.
-    pub(crate) fn api(&self) -> &'static Api {
-        self.api
+    /// The plugin's PJRT C API version (major, minor).
+    pub(crate) fn api_version(&self) -> (i32, i32) {
+        self.api.version
     }
 
     /// `PJRT_Client_PlatformName`, e.g. "cpu".
