@@ -46,7 +46,7 @@ fn reduce() {
 }
 
 /// Every test program under `tests/pass/`: the device agrees with the interpreter, and
-/// the device's results, as `podc run` prints them, are snapshotted.
+/// the results, as `podc run` prints them, are snapshotted.
 #[test]
 fn pass_programs_agree() {
     insta::glob!("pass/*.pod", |path| {

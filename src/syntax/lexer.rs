@@ -136,7 +136,16 @@ fn invalid_chars(file: FileId, src: &str, (start, mut end): (usize, usize)) -> D
         end += 1;
     }
     let text = src.get(start..end).unwrap_or("");
-    let shown: String = text.chars().flat_map(char::escape_debug).collect();
+    let shown: String = text
+        .chars()
+        .map(|c| {
+            if c.is_control() || c.is_whitespace() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect();
     let several = text.chars().nth(1).is_some();
     let quoted = if shown.contains('`') {
         format!("'{shown}'")

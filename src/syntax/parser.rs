@@ -257,37 +257,30 @@ impl ErrorContext<'_, '_> {
             format!("unexpected {found}"),
         );
         let at = self.tokens.partition_point(|&(s, _, _)| s < start);
-        let diag = if tok == Tok::Assign && has(expected, "==") {
-            diag.with_help("to compare two values, use `==`")
-        } else {
-            diag
-        };
-        // `f(a, b;` or `f(a, b }`: the list ended while a delimiter was still open.
-        let ends_a_list = matches!(tok, Tok::RParen | Tok::RBracket | Tok::RBrace | Tok::Semi);
+        // `f(a, b;` or `f(a, b }`: the list ended while a bracket was still open. (A `{` is
+        // only blamed for a wrong closer: in `struct S { a: f32; }` it is closed later.)
         let innermost = self
             .tokens
             .get(..at)
             .map(unclosed_delimiters)
             .and_then(|open| open.last().copied());
-        let diag = match innermost {
-            Some((open_start, opener, open_end)) if ends_a_list => {
-                let closer = match opener {
-                    Tok::LParen => ")",
-                    Tok::LBracket => "]",
-                    _ => "}",
-                };
-                if has(expected, closer) {
-                    diag.with_label(
-                        Span::new(self.file, open_start, open_end),
-                        "unclosed delimiter",
-                    )
-                } else {
-                    diag
-                }
+        let diag = match (innermost, tok) {
+            (Some((lo, Tok::LParen, hi)), Tok::Semi | Tok::RBracket | Tok::RBrace)
+                if has(expected, ")") =>
+            {
+                diag.with_label(Span::new(self.file, lo, hi), "unclosed delimiter")
+            }
+            (Some((lo, Tok::LBracket, hi)), Tok::Semi | Tok::RParen | Tok::RBrace)
+                if has(expected, "]") =>
+            {
+                diag.with_label(Span::new(self.file, lo, hi), "unclosed delimiter")
+            }
+            (Some((lo, Tok::LBrace, hi)), Tok::RParen | Tok::RBracket) if has(expected, "}") => {
+                diag.with_label(Span::new(self.file, lo, hi), "unclosed delimiter")
             }
             _ => diag,
         };
-        self.with_help(diag, at, expected)
+        self.with_help(diag, at, Some(tok), expected)
     }
 
     /// E0002, with a secondary label on each delimiter left open.
@@ -301,24 +294,52 @@ impl ErrorContext<'_, '_> {
         for (start, _, end) in unclosed_delimiters(self.tokens) {
             diag = diag.with_label(Span::new(self.file, start, end), "unclosed delimiter");
         }
-        self.with_help(diag, self.tokens.len(), expected)
+        self.with_help(diag, self.tokens.len(), None, expected)
     }
 
-    /// Adds the help that fits the error at token index `at`, if any.
-    fn with_help(&self, diag: Diag, at: usize, expected: &[String]) -> Diag {
-        if has(expected, "else") {
-            return diag.with_help("`if` is an expression, so it needs an `else` branch");
-        }
-        if has(expected, ";") {
+    /// Adds the help that fits the error at token index `at` (`found`, or the end of file).
+    fn with_help(
+        &self,
+        diag: Diag,
+        at: usize,
+        found: Option<Tok<'_>>,
+        expected: &[String],
+    ) -> Diag {
+        let before = |n: usize| {
+            at.checked_sub(n)
+                .and_then(|i| self.tokens.get(i))
+                .map(|t| t.1)
+        };
+        let help = if has(expected, "else") {
+            "`if` is an expression, so it needs an `else` branch".to_string()
+        } else if has(expected, "carry") {
+            "a `for` loop carries a value: `for i in 0..N carry acc = init { ... }`".to_string()
+        } else if found == Some(Tok::RBrace) && has(expected, "let") {
+            "a block must end with an expression, which is its value".to_string()
+        } else if found == Some(Tok::Assign) && has(expected, "==") {
+            "to compare two values, use `==`".to_string()
+        } else if let (
+            Some(Tok::Colon),
+            Some(Tok::Name(_)),
+            Some(Tok::LBrace),
+            Some(Tok::Name(_)),
+        ) = (found, before(1), before(2), before(3))
+        {
+            // `if x == S { a: 1 } { ... }`: `S` ended the condition, and `{ a:` opened a block.
+            "a struct literal in an `if` condition or a `for` header needs parentheses: `(S { .. })`"
+                .to_string()
+        } else if has(expected, ";") {
             let what = match self.enclosing_statement(at) {
                 Some(Tok::Let) => "the `let` statement",
                 Some(Tok::Const) => "the `const` item",
                 Some(Tok::Use) => "the `use` declaration",
                 _ => return diag,
             };
-            return diag.with_help(format!("add `;` after {what}"));
-        }
-        diag
+            format!("add `;` after {what}")
+        } else {
+            return diag;
+        };
+        diag.with_help(help)
     }
 
     /// The keyword that starts the statement containing token `at` (at the same bracket
@@ -392,11 +413,13 @@ fn expected_phrase(expected: &[String]) -> Option<String> {
             t => items.push(format!("`{t}`")),
         }
     }
+    // "one of" only where it helps: "expected one of `,` or `]`", "expected `;` or an operator".
+    let one_of = if items.len() >= 2 { "one of " } else { "" };
     items.extend(words.into_iter().map(String::from));
     match items.as_slice() {
         [] => None,
         [one] => Some(format!("expected {one}")),
-        [init @ .., last] => Some(format!("expected one of {} or {last}", init.join(", "))),
+        [init @ .., last] => Some(format!("expected {one_of}{} or {last}", init.join(", "))),
     }
 }
 

@@ -354,57 +354,68 @@ fn recovery_keeps_good_items() {
 
 #[test]
 fn messages() {
-    let message = |src: &str| {
-        parse(0, src)
-            .1
-            .first()
-            .map(|d| (d.message.clone(), d.help.clone()))
-    };
-    let m = |msg: &str, help: Option<&str>| Some((msg.to_string(), help.map(String::from)));
-    assert_eq!(
-        message("fn f(a: f32; b: f32) -> f32 { a }"),
-        m("expected one of `)`, `,`, `<` or `[`, found `;`", None)
-    );
-    assert_eq!(
-        message("fn f() -> f32 { let a = 1 a }"),
-        m(
-            "expected one of `;` or an operator, found identifier `a`",
-            Some("add `;` after the `let` statement")
-        )
-    );
-    assert_eq!(
-        message("const A: i32 = 1"),
-        m(
-            "unexpected end of file, expected one of `;` or an operator",
-            Some("add `;` after the `const` item")
-        )
-    );
-    assert_eq!(
-        message("fn f() -> f32 { let a = ; a }"),
-        m("expected an expression, found `;`", None)
-    );
-    assert_eq!(
-        message("fn f() -> f32 { if a { 1 } }"),
-        m(
+    let cases = [
+        (
+            "fn f(a: f32; b: f32) -> f32 { a }",
+            "expected one of `)`, `,`, `<` or `[`, found `;`",
+            None,
+        ),
+        (
+            "fn f() -> f32 { let a = 1 a }",
+            "expected `;` or an operator, found identifier `a`",
+            Some("add `;` after the `let` statement"),
+        ),
+        (
+            "const A: i32 = 1",
+            "unexpected end of file, expected `;` or an operator",
+            Some("add `;` after the `const` item"),
+        ),
+        (
+            "fn f() -> f32 { let a = ; a }",
+            "expected an expression, found `;`",
+            None,
+        ),
+        (
+            "fn f() -> f32 { let a = 1; }",
+            "expected `let` or an expression, found `}`",
+            Some("a block must end with an expression, which is its value"),
+        ),
+        (
+            "fn f() -> f32 { if a { 1 } }",
             "expected `else`, found `}`",
-            Some("`if` is an expression, so it needs an `else` branch")
-        )
-    );
-    assert_eq!(
-        message("fn f() -> f32 { if a = 1 { 1 } else { 2 } }").map(|(_, h)| h),
-        Some(Some("to compare two values, use `==`".into()))
-    );
-    assert_eq!(
-        message("fn 1"),
-        m("expected an identifier, found integer `1`", None)
-    );
-    assert_eq!(
-        message("let x = 1;"),
-        m(
+            Some("`if` is an expression, so it needs an `else` branch"),
+        ),
+        (
+            "fn f() -> f32 { if a = 1 { 1 } else { 2 } }",
+            "expected `{` or an operator, found `=`",
+            Some("to compare two values, use `==`"),
+        ),
+        (
+            "fn f() -> f32 { for i in 0..3 { i } }",
+            "expected `carry`, found `{`",
+            Some("a `for` loop carries a value: `for i in 0..N carry acc = init { ... }`"),
+        ),
+        (
+            "fn f() -> f32 { if s == S { x: 1 } { 1 } else { 2 } }",
+            "expected `}`, found `:`",
+            Some(
+                "a struct literal in an `if` condition or a `for` header needs parentheses: `(S { .. })`",
+            ),
+        ),
+        ("fn 1", "expected an identifier, found integer `1`", None),
+        (
+            "let x = 1;",
             "expected one of `const`, `fn`, `struct` or `use`, found keyword `let`",
-            None
-        )
-    );
+            None,
+        ),
+    ];
+    for (src, message, help) in cases {
+        let (_, diags) = parse(0, src);
+        let first = diags
+            .first()
+            .map(|d| (d.message.as_str(), d.help.as_deref()));
+        assert_eq!(first, Some((message, help)), "for `{src}`");
+    }
 }
 
 #[test]
