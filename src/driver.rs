@@ -30,7 +30,7 @@ pub fn check_source(name: &str, src: &str, dir: Option<&Path>) -> (Program, Vec<
 }
 
 /// Builds the IR of `entry` in a program that checked cleanly, and verifies it.
-pub fn build(prog: &Program, entry: &str) -> Result<Entry, Diag> {
+pub fn build(prog: &Program, entry: &str) -> Result<Entry, Box<Diag>> {
     let (func, params, ret) = crate::elab::build(prog, entry)?;
     if let Err(e) = crate::ir::verify::verify(&func) {
         panic!("internal compiler error: the IR of `{entry}` does not verify: {e}");

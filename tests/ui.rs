@@ -3,7 +3,6 @@
 
 use podracer::diag::render_plain;
 use podracer::driver;
-use std::path::Path;
 
 #[test]
 fn ui() {

@@ -130,7 +130,7 @@ fn load(file: &Path) -> Result<Program, Failure> {
 
 fn entry(prog: &Program, name: &str) -> Result<Entry, Failure> {
     driver::build(prog, name).map_err(|d| {
-        emit_stderr(&prog.map, &[d]);
+        emit_stderr(&prog.map, &[*d]);
         Failure::Reported
     })
 }

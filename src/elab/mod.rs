@@ -76,15 +76,17 @@ pub fn check(prog: &Program) -> Vec<Diag> {
 }
 
 /// Builds the IR of an entry function of a program that checked cleanly.
-pub fn build(prog: &Program, entry: &str) -> Result<(Func, Vec<Ty>, Ty), Diag> {
+pub fn build(prog: &Program, entry: &str) -> Result<(Func, Vec<Ty>, Ty), Box<Diag>> {
     let r = prog.root_fn(entry).ok_or_else(|| {
         let span = prog.modules.first().and_then(|m| m.ast.items.first()).map(|i| crate::resolve::item_name(i).span);
         Diag::new("E0223", format!("no function `{entry}` in the root module"), span.unwrap_or_default(), "expected an entry point")
             .with_help("choose one with `--entry NAME`")
-    })?;
+    });
+    let r = r.map_err(Box::new)?;
     let ast::Item::Fn(f) = prog.item(r) else { unreachable!("root_fn returns functions") };
     if let Some(g) = f.generics.first() {
-        return Err(TypeError::Entry { detail: format!("an entry point cannot be generic over `{}`", g.name), span: g.span }.into_diag());
+        let detail = format!("an entry point cannot be generic over `{}`", g.name);
+        return Err(Box::new(TypeError::Entry { detail, span: g.span }.into_diag()));
     }
     let mut cx = Elab::new(prog, Some(Builder::new()));
     cx.module = r.module;
@@ -94,7 +96,7 @@ pub fn build(prog: &Program, entry: &str) -> Result<(Func, Vec<Ty>, Ty), Diag> {
     for (name, ty) in &f.params {
         let ty = cx.resolve_ty(ty);
         let leaves = ty.leaves().ok_or_else(|| {
-            TypeError::Entry { detail: "the parameter's type must have known sizes".into(), span: name.span }.into_diag()
+            Box::new(TypeError::Entry { detail: "the parameter's type must have known sizes".into(), span: name.span }.into_diag())
         })?;
         let b = cx.b.as_mut().expect("build mode");
         let vars: Vec<Var> = leaves.into_iter().map(|t| b.fresh(t)).collect();
@@ -105,7 +107,7 @@ pub fn build(prog: &Program, entry: &str) -> Result<(Func, Vec<Ty>, Ty), Diag> {
     let ret = cx.resolve_ty(&f.ret);
     let v = cx.expr_expect(&f.body_expr(), &ret);
     if let Some(d) = cx.diags.into_iter().next() {
-        return Err(d);
+        return Err(Box::new(d));
     }
     let b = cx.b.take().expect("build mode");
     Ok((b.finish(entry, params, v.vars), param_tys, ret))
@@ -215,11 +217,10 @@ impl<'p> Elab<'p> {
         self.sizes = s.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect();
         let mut fields: Vec<(String, Ty)> = vec![];
         for (n, t) in &s.fields {
-            if let Some(first) = s.fields.iter().find(|(m, _)| m.name == n.name).map(|(m, _)| m.span).filter(|sp| *sp != n.span) {
-                if !fields.iter().any(|(f, _)| *f == n.name) {
+            if let Some(first) = s.fields.iter().find(|(m, _)| m.name == n.name).map(|(m, _)| m.span).filter(|sp| *sp != n.span)
+                && !fields.iter().any(|(f, _)| *f == n.name) {
                     self.err(TypeError::Duplicate { name: n.name.clone(), span: n.span, first });
                 }
-            }
             let ty = self.resolve_ty(t);
             fields.push((n.name.clone(), ty));
         }
@@ -428,11 +429,10 @@ impl<'p> Elab<'p> {
         if v.ty == *expected {
             return Val { ty: if v.ty.is_error() { expected.clone() } else { v.ty }, weak: false, ..v };
         }
-        if let (true, Ty::Array(want, wd), Ty::Array(have, hd)) = (v.weak, expected, &v.ty) {
-            if wd == hd && (want.is_float() || !have.is_float()) {
+        if let (true, Ty::Array(want, wd), Ty::Array(have, hd)) = (v.weak, expected, &v.ty)
+            && wd == hd && (want.is_float() || !have.is_float()) {
                 return Val { weak: false, ..self.convert(v, *want, span) };
             }
-        }
         self.err(TypeError::Mismatch { expected: expected.clone(), found: v.ty, span, because })
     }
 

@@ -201,12 +201,11 @@ impl Elab<'_> {
                     };
                     match (s, t) {
                         (Some(s), Some(t)) => {
-                            if let (Dim::Known(a), Dim::Known(b), Dim::Known(n)) = (&s, &t, d) {
-                                if a > b || b > n {
+                            if let (Dim::Known(a), Dim::Known(b), Dim::Known(n)) = (&s, &t, d)
+                                && (a > b || b > n) {
                                     failed = true;
                                     self.err(TypeError::BadIndex { detail: format!("range {a}..{b} is outside 0..{n}"), span: *span });
                                 }
-                            }
                             picks.push(Pick::Range(s, t));
                         }
                         _ => failed = true,

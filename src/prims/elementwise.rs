@@ -1,16 +1,19 @@
 //! Elementwise primitives: unary and binary arithmetic, comparison, select and convert.
 //!
 //! Unary and binary operators are tables, in the spirit of JAX's `standard_unop` and
-//! `defvectorized`: each operator is one row ([`UnaryOp::rule`], [`BinaryOp::rule`])
-//! giving its printer name, its StableHLO op and its scalar function on every dtype it
-//! accepts. The shared code below turns a row into all three rules: the type rule accepts
-//! exactly the dtypes that have a function, evaluation maps the function over the
-//! elements, and lowering emits the one StableHLO op.
+//! `defvectorized`: each operator is one row (`UnaryOp::rule`, `BinaryOp::rule`) giving
+//! its printer name, its StableHLO op and its scalar function on every dtype it accepts.
+//! The shared code below turns a row into all three rules: the type rule accepts exactly
+//! the dtypes that have a function, evaluation maps the function over the elements, and
+//! lowering emits the one StableHLO op (f32 max and min excepted, see `lower_binary`).
 //!
-//! The scalar functions follow XLA on CPU, the device the results are checked against:
-//! integer arithmetic wraps; `x / 0` is all ones (`-1`, or `u32::MAX`) and `x % 0` is
-//! `x`; `i32::MIN / -1` is `i32::MIN` and `i32::MIN % -1` is 0; shifts by the bit width
-//! or more (amounts read as unsigned) give 0; f32 `max`/`min` propagate NaN.
+//! The scalar functions follow XLA on CPU, the device the results are checked against
+//! (`tests/prims.rs` compares them bit for bit):
+//! - integer arithmetic wraps; `x / 0` is all ones (`-1`, or `u32::MAX`) and `x % 0` is
+//!   `x`; `i32::MIN / -1` is `i32::MIN` and `i32::MIN % -1` is 0;
+//! - shifts by the bit width or more (amounts read as unsigned) give 0;
+//! - f32 `max`/`min` propagate NaN;
+//! - f32 arithmetic flushes subnormals to zero, as XLA's CPU runtime does (see `flush`).
 
 use super::Rules;
 use super::util::expect_arity;

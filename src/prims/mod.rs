@@ -52,27 +52,44 @@ pub trait Rules {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Prim {
     // elementwise
+    /// `op(x)` elementwise: neg, not, exp, log, tanh, sqrt, abs, floor, sin, cos.
     Unary(Unary),
+    /// `op(x, y)` elementwise on operands of one type: arithmetic, max/min, bitwise, shifts.
     Binary(Binary),
+    /// `x op y` elementwise, giving bool.
     Compare(Compare),
+    /// `select(pred, on_true, on_false)` elementwise.
     Select(Select),
+    /// Elementwise conversion to another dtype.
     Convert(Convert),
     // literals
+    /// A constant array.
     Constant(Constant),
+    /// Indices along one dimension.
     Iota(Iota),
     // layout
+    /// `broadcast_in_dim`: maps operand dimensions into a larger shape.
     Broadcast(Broadcast),
+    /// The same row-major elements under another shape.
     Reshape(Reshape),
+    /// Permutes dimensions.
     Transpose(Transpose),
+    /// Joins arrays along one axis.
     Concat(Concat),
     // indexing
+    /// A static window with stride 1.
     Slice(Slice),
+    /// A window at run-time (clamped) start indices.
     DynamicSlice(DynamicSlice),
+    /// Overwrites a window at run-time (clamped) start indices.
     DynamicUpdateSlice(DynamicUpdateSlice),
     // reductions
+    /// Sum, max or min over axes.
     Reduce(Reduce),
+    /// Index of the first maximum along an axis.
     Argmax(Argmax),
     // linear algebra
+    /// `dot_general`: contraction with batch dimensions.
     Dot(Dot),
 }
 

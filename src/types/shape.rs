@@ -44,7 +44,7 @@ pub fn matmul(a: &[Dim], b: &[Dim]) -> Result<MatMul, MatMulError> {
     if a[lhs_contract] != b[rhs_contract] {
         return Err(MatMulError::Contract(a[lhs_contract].clone(), b[rhs_contract].clone()));
     }
-    let nbatch = if ra > 2 { ra - 2 } else { 0 };
+    let nbatch = ra.saturating_sub(2);
     if a[..nbatch] != b[..nbatch] {
         return Err(MatMulError::Rank);
     }
@@ -79,7 +79,7 @@ mod tests {
         assert_eq!(broadcast(&k(&[3, 1]), &k(&[1, 4])), Some(k(&[3, 4])));
         assert_eq!(broadcast(&k(&[3]), &k(&[4])), None);
         let n = Dim::Param("N".into());
-        assert_eq!(broadcast(&[n.clone()], &k(&[1])), Some(vec![n.clone()]));
+        assert_eq!(broadcast(std::slice::from_ref(&n), &k(&[1])), Some(vec![n.clone()]));
         assert_eq!(broadcast(&[n], &k(&[3])), None);
     }
 
