@@ -14,7 +14,8 @@ use crate::lower::stablehlo::{LowerCx, fn_type, tensor_type};
 /// A reduction operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReduceOp {
-    /// Sum (wrapping on integers; not defined on bool).
+    /// Sum (wrapping on integers; not defined on bool). The interpreter adds f32 in
+    /// row-major order; XLA may associate differently, so f32 sums agree to rounding.
     Sum,
     /// Maximum: NaN-propagating on f32, `or` on bool; the empty maximum is `-inf`,
     /// the dtype's minimum, or false.
@@ -36,7 +37,8 @@ pub struct Reduce {
 /// The i32 index of the maximum along `axis`, which is removed from the shape.
 ///
 /// Ties go to the first index. A NaN counts as larger than every number, so a slice
-/// holding NaN gives the index of its first NaN (as `jnp.argmax` does).
+/// holding NaN gives the index of its first NaN (as `jnp.argmax` does). Values compare as
+/// the device compares them, subnormals as zero.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Argmax {
     /// The dimension searched; it must not be empty.
