@@ -17,15 +17,21 @@ pub struct Entry {
 
 /// Loads and checks a program from a file. `Err` only when the root file cannot be read.
 pub fn check_file(path: &Path) -> Result<(Program, Vec<Diag>), String> {
-    let (prog, mut diags) = resolve::load_file(path)?;
-    diags.extend(crate::elab::check(&prog));
-    Ok((prog, diags))
+    let (prog, diags) = resolve::load_file(path)?;
+    Ok(check(prog, diags))
 }
 
 /// Loads and checks a program from source text (user modules are looked up in `dir`).
 pub fn check_source(name: &str, src: &str, dir: Option<&Path>) -> (Program, Vec<Diag>) {
-    let (prog, mut diags) = resolve::load_source(name, src, dir.map(Path::to_path_buf));
-    diags.extend(crate::elab::check(&prog));
+    let (prog, diags) = resolve::load_source(name, src, dir.map(Path::to_path_buf));
+    check(prog, diags)
+}
+
+/// Type-checks a loaded program, unless it has syntax errors (then only those are reported).
+fn check(prog: Program, mut diags: Vec<Diag>) -> (Program, Vec<Diag>) {
+    if !prog.syntax_errors {
+        diags.extend(crate::elab::check(&prog));
+    }
     (prog, diags)
 }
 

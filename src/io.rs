@@ -3,12 +3,14 @@
 
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::types::Ty;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 /// Reads `--args`: a JSON array with one element per parameter. Arrays are (nested)
 /// lists of numbers or bools, tuples are lists, structs are objects with every field.
 pub fn args_from_json(params: &[Ty], v: &Value) -> Result<Vec<Array>, String> {
-    let Value::Array(items) = v else { return Err("`--args` must be a JSON array with one element per parameter".into()) };
+    let Value::Array(items) = v else {
+        return Err("`--args` must be a JSON array with one element per parameter".into());
+    };
     if items.len() != params.len() {
         return Err(format!("the entry takes {} arguments, but `--args` has {}", params.len(), items.len()));
     }
@@ -54,12 +56,18 @@ fn read_array(ty: &ArrayTy, v: &Value, at: &str) -> Result<Array, String> {
     flatten(v, &ty.shape, at, &mut flat)?;
     let bad = |x: &Value| format!("{at}: `{x}` is not a valid `{}`", ty.dtype);
     let data = match ty.dtype {
-        DType::F32 => Data::F32(flat.iter().map(|x| x.as_f64().map(|f| f as f32).ok_or_else(|| bad(x))).collect::<Result<_, _>>()?),
+        DType::F32 => Data::F32(
+            flat.iter().map(|x| x.as_f64().map(|f| f as f32).ok_or_else(|| bad(x))).collect::<Result<_, _>>()?,
+        ),
         DType::I32 => Data::I32(
-            flat.iter().map(|x| x.as_i64().and_then(|n| i32::try_from(n).ok()).ok_or_else(|| bad(x))).collect::<Result<_, _>>()?,
+            flat.iter()
+                .map(|x| x.as_i64().and_then(|n| i32::try_from(n).ok()).ok_or_else(|| bad(x)))
+                .collect::<Result<_, _>>()?,
         ),
         DType::U32 => Data::U32(
-            flat.iter().map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| bad(x))).collect::<Result<_, _>>()?,
+            flat.iter()
+                .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| bad(x)))
+                .collect::<Result<_, _>>()?,
         ),
         DType::Bool => Data::Bool(flat.iter().map(|x| x.as_bool().ok_or_else(|| bad(x))).collect::<Result<_, _>>()?),
     };

@@ -31,6 +31,9 @@ pub struct ModuleInfo {
 pub struct Program {
     pub map: SourceMap,
     pub modules: Vec<ModuleInfo>,
+    /// Whether any module failed to parse. Recovery drops what it skipped, so checking
+    /// such a module would report errors that are only echoes of the syntax error.
+    pub syntax_errors: bool,
 }
 
 impl Program {
@@ -63,10 +66,17 @@ pub fn load_file(path: &Path) -> Result<(Program, Vec<Diag>), String> {
 
 /// Loads a program from source text; `root_dir` is where user modules are looked up.
 pub fn load_source(name: &str, src: &str, root_dir: Option<PathBuf>) -> (Program, Vec<Diag>) {
-    let mut l = Loader { map: SourceMap::default(), modules: vec![], by_path: HashMap::new(), diags: vec![], root_dir };
+    let mut l = Loader {
+        map: SourceMap::default(),
+        modules: vec![],
+        by_path: HashMap::new(),
+        diags: vec![],
+        syntax_errors: false,
+        root_dir,
+    };
     l.add_module(name.to_string(), name.to_string(), src.to_string());
     l.resolve_imports();
-    (Program { map: l.map, modules: l.modules }, l.diags)
+    (Program { map: l.map, modules: l.modules, syntax_errors: l.syntax_errors }, l.diags)
 }
 
 struct Loader {
@@ -74,6 +84,7 @@ struct Loader {
     modules: Vec<ModuleInfo>,
     by_path: HashMap<String, usize>,
     diags: Vec<Diag>,
+    syntax_errors: bool,
     root_dir: Option<PathBuf>,
 }
 
@@ -81,6 +92,7 @@ impl Loader {
     fn add_module(&mut self, name: String, file_name: String, src: String) -> usize {
         let file = self.map.add(file_name, src);
         let (ast, diags) = syntax::parse(file, self.map.source(file));
+        self.syntax_errors |= !diags.is_empty();
         self.diags.extend(diags);
         let id = self.modules.len();
         let mut scope: HashMap<String, ItemRef> = HashMap::new();
@@ -113,8 +125,12 @@ impl Loader {
                 None => {
                     let have: Vec<String> = STDLIB.iter().map(|(n, _)| format!("std::{n}")).collect();
                     self.diags.push(
-                        TypeError::UnknownModule { path: key, span, looked_in: format!("the standard library: {}", have.join(", ")) }
-                            .into_diag(),
+                        TypeError::UnknownModule {
+                            path: key,
+                            span,
+                            looked_in: format!("the standard library: {}", have.join(", ")),
+                        }
+                        .into_diag(),
                     );
                     None
                 }
@@ -128,7 +144,10 @@ impl Loader {
         match std::fs::read_to_string(&file) {
             Ok(src) => Some(self.add_module(key, file.display().to_string(), src)),
             Err(_) => {
-                self.diags.push(TypeError::UnknownModule { path: key, span, looked_in: format!("`{}`", file.display()) }.into_diag());
+                self.diags.push(
+                    TypeError::UnknownModule { path: key, span, looked_in: format!("`{}`", file.display()) }
+                        .into_diag(),
+                );
                 None
             }
         }
@@ -147,8 +166,12 @@ impl Loader {
                             self.modules[m].scope.insert(n.name.clone(), r);
                         }
                         _ => self.diags.push(
-                            TypeError::UnknownImport { module: self.modules[target].name.clone(), name: n.name.clone(), span: n.span }
-                                .into_diag(),
+                            TypeError::UnknownImport {
+                                module: self.modules[target].name.clone(),
+                                name: n.name.clone(),
+                                span: n.span,
+                            }
+                            .into_diag(),
                         ),
                     }
                 }

@@ -38,10 +38,8 @@ fn select() {
 
 #[test]
 fn reduce() {
-    let want = [
-        Array::f32(vec![], vec![4.440_19]),
-        Array::f32(vec![4], vec![0.0320586, 0.0871443, 0.2368828, 0.6439142]),
-    ];
+    let want =
+        [Array::f32(vec![], vec![4.440_19]), Array::f32(vec![4], vec![0.0320586, 0.0871443, 0.2368828, 0.6439142])];
     assert_close(&example("reduce.pod"), &want, 1e-5);
 }
 

@@ -34,9 +34,8 @@ use podracer::ir::verify::verify;
 use podracer::ir::{Eqn, Func, Graph, Op, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
-    Argmax, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert, Dot,
-    DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Select, Slice,
-    Transpose, Unary, UnaryOp,
+    Argmax, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert, Dot, DynamicSlice,
+    DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Select, Slice, Transpose, Unary, UnaryOp,
 };
 use podracer::runtime::{Client, Runtime};
 
@@ -44,9 +43,7 @@ static CLIENT: OnceLock<Client> = OnceLock::new();
 
 /// The one client of this test process (creating one is costly).
 fn client() -> &'static Client {
-    CLIENT.get_or_init(|| {
-        Runtime::open(None, None).unwrap_or_else(|e| panic!("cannot open the PJRT CPU plugin: {e}"))
-    })
+    CLIENT.get_or_init(|| Runtime::open(None, None).unwrap_or_else(|e| panic!("cannot open the PJRT CPU plugin: {e}")))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -78,43 +75,21 @@ impl Rng {
     fn i32s(&mut self, shape: &[usize], lo: i32, hi: i32) -> Array {
         let n = shape.iter().product();
         let span = (i64::from(hi) - i64::from(lo)) as u64;
-        Array::i32(
-            shape.to_vec(),
-            (0..n)
-                .map(|_| (i64::from(lo) + (self.next() % span) as i64) as i32)
-                .collect(),
-        )
+        Array::i32(shape.to_vec(), (0..n).map(|_| (i64::from(lo) + (self.next() % span) as i64) as i32).collect())
     }
 
     fn u32s(&mut self, shape: &[usize]) -> Array {
         let n = shape.iter().product();
-        Array::new(
-            shape.to_vec(),
-            Data::U32((0..n).map(|_| self.next() as u32).collect()),
-        )
+        Array::new(shape.to_vec(), Data::U32((0..n).map(|_| self.next() as u32).collect()))
     }
 
     fn bools(&mut self, shape: &[usize]) -> Array {
         let n = shape.iter().product();
-        Array::new(
-            shape.to_vec(),
-            Data::Bool((0..n).map(|_| self.next() & 1 == 1).collect()),
-        )
+        Array::new(shape.to_vec(), Data::Bool((0..n).map(|_| self.next() & 1 == 1).collect()))
     }
 }
 
-const F32_EDGES: [f32; 10] = [
-    0.0,
-    -0.0,
-    1.0,
-    -1.5,
-    2.5,
-    f32::INFINITY,
-    f32::NEG_INFINITY,
-    f32::NAN,
-    1e30,
-    -7e-30,
-];
+const F32_EDGES: [f32; 10] = [0.0, -0.0, 1.0, -1.5, 2.5, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e30, -7e-30];
 /// Subnormals and their neighbours: XLA's CPU runtime flushes subnormals to zero, and
 /// the interpreter follows it.
 const F32_TINY: [f32; 7] = [0.0, -0.0, 1.0, 1e-40, -1e-40, 1e-20, 1.2e-38];
@@ -168,20 +143,10 @@ impl Fb {
     }
 
     fn prim(&mut self, prim: Prim, args: &[Var]) -> Vec<Var> {
-        let tys: Vec<ArrayTy> = args
-            .iter()
-            .map(|v| self.types[v.0 as usize].clone())
-            .collect();
-        let outs = prim
-            .rules()
-            .infer(&tys)
-            .unwrap_or_else(|e| panic!("case does not type: {e}"));
+        let tys: Vec<ArrayTy> = args.iter().map(|v| self.types[v.0 as usize].clone()).collect();
+        let outs = prim.rules().infer(&tys).unwrap_or_else(|e| panic!("case does not type: {e}"));
         let outs: Vec<Var> = outs.into_iter().map(|t| self.fresh(t)).collect();
-        self.push(Eqn {
-            outs: outs.clone(),
-            op: Op::Prim(prim),
-            args: args.to_vec(),
-        });
+        self.push(Eqn { outs: outs.clone(), op: Op::Prim(prim), args: args.to_vec() });
         outs
     }
 
@@ -217,12 +182,7 @@ struct Case {
 }
 
 fn case(name: impl Into<String>, prim: Prim, args: Vec<Array>, tol: Tol) -> Case {
-    Case {
-        name: name.into(),
-        args,
-        tol,
-        build: Box::new(move |fb, vs| fb.prim(prim.clone(), vs)),
-    }
+    Case { name: name.into(), args, tol, build: Box::new(move |fb, vs| fb.prim(prim.clone(), vs)) }
 }
 
 fn exact(name: impl Into<String>, prim: Prim, args: Vec<Array>) -> Case {
@@ -232,10 +192,7 @@ fn exact(name: impl Into<String>, prim: Prim, args: Vec<Array>) -> Case {
 /// Builds the function computing `cases`, each case's outputs in turn; also returns how
 /// many outputs each case has.
 fn build(cases: &[&Case]) -> (Func, Vec<usize>) {
-    let mut fb = Fb {
-        frames: vec![vec![]],
-        ..Fb::default()
-    };
+    let mut fb = Fb { frames: vec![vec![]], ..Fb::default() };
     let mut params = vec![];
     let mut results = vec![];
     let mut counts = vec![];
@@ -247,15 +204,7 @@ fn build(cases: &[&Case]) -> (Func, Vec<usize>) {
         results.extend(outs);
     }
     let eqns = fb.frames.pop().expect("the top frame");
-    let f = Func {
-        name: "prims".to_string(),
-        graph: Graph {
-            params,
-            eqns,
-            results,
-        },
-        types: fb.types,
-    };
+    let f = Func { name: "prims".to_string(), graph: Graph { params, eqns, results }, types: fb.types };
     (f, counts)
 }
 
@@ -275,13 +224,7 @@ fn cases() -> Vec<Case> {
     let mut cs = vec![];
 
     // unary on f32: random values, then the edge values
-    let transcendental = [
-        UnaryOp::Exp,
-        UnaryOp::Log,
-        UnaryOp::Tanh,
-        UnaryOp::Sin,
-        UnaryOp::Cos,
-    ];
+    let transcendental = [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sin, UnaryOp::Cos];
     for op in [
         UnaryOp::Neg,
         UnaryOp::Abs,
@@ -293,11 +236,7 @@ fn cases() -> Vec<Case> {
         UnaryOp::Sin,
         UnaryOp::Cos,
     ] {
-        let tol = if transcendental.contains(&op) {
-            Tol::Ulps(4)
-        } else {
-            Tol::Exact
-        };
+        let tol = if transcendental.contains(&op) { Tol::Ulps(4) } else { Tol::Exact };
         let (lo, hi) = match op {
             UnaryOp::Log | UnaryOp::Sqrt => (1e-3, 50.0),
             UnaryOp::Exp => (-20.0, 20.0),
@@ -309,64 +248,25 @@ fn cases() -> Vec<Case> {
             | UnaryOp::Cos
             | UnaryOp::Not => (-6.0, 6.0),
         };
-        cs.push(case(
-            format!("{op:?} f32"),
-            unary(op),
-            vec![rng.f32s(&[4, 8], lo, hi)],
-            tol,
-        ));
-        cs.push(case(
-            format!("{op:?} f32 edges"),
-            unary(op),
-            vec![f32v(&F32_EDGES)],
-            tol,
-        ));
+        cs.push(case(format!("{op:?} f32"), unary(op), vec![rng.f32s(&[4, 8], lo, hi)], tol));
+        cs.push(case(format!("{op:?} f32 edges"), unary(op), vec![f32v(&F32_EDGES)], tol));
         // XLA's log reads subnormals exactly for a few array lengths (7 elements here)
         // and flushes them for others; the interpreter flushes, so leave log out.
         if op != UnaryOp::Log {
-            cs.push(case(
-                format!("{op:?} f32 subnormals"),
-                unary(op),
-                vec![f32v(&F32_TINY)],
-                tol,
-            ));
+            cs.push(case(format!("{op:?} f32 subnormals"), unary(op), vec![f32v(&F32_TINY)], tol));
         }
     }
-    let exp_range = f32v(&[
-        -87.0, -87.5, -88.0, -88.5, -89.0, -100.0, -104.0, -200.0, 88.0, 88.7, 89.0, 1e-3, -1e-3,
-    ]);
-    cs.push(case(
-        "Exp f32 range ends",
-        unary(UnaryOp::Exp),
-        vec![exp_range],
-        Tol::Ulps(4),
-    ));
+    let exp_range = f32v(&[-87.0, -87.5, -88.0, -88.5, -89.0, -100.0, -104.0, -200.0, 88.0, 88.7, 89.0, 1e-3, -1e-3]);
+    cs.push(case("Exp f32 range ends", unary(UnaryOp::Exp), vec![exp_range], Tol::Ulps(4)));
     let log_range = f32v(&[1.2e-38, 1e-30, 1e-10, 0.999, 1.001, 1e10, 3.4e38]);
-    cs.push(case(
-        "Log f32 range ends",
-        unary(UnaryOp::Log),
-        vec![log_range],
-        Tol::Ulps(4),
-    ));
+    cs.push(case("Log f32 range ends", unary(UnaryOp::Log), vec![log_range], Tol::Ulps(4)));
     for op in [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Not] {
-        cs.push(exact(
-            format!("{op:?} i32"),
-            unary(op),
-            vec![i32v(&I32_EDGES)],
-        ));
+        cs.push(exact(format!("{op:?} i32"), unary(op), vec![i32v(&I32_EDGES)]));
     }
     for op in [UnaryOp::Neg, UnaryOp::Not] {
-        cs.push(exact(
-            format!("{op:?} u32"),
-            unary(op),
-            vec![u32v(&U32_EDGES)],
-        ));
+        cs.push(exact(format!("{op:?} u32"), unary(op), vec![u32v(&U32_EDGES)]));
     }
-    cs.push(exact(
-        "Not bool",
-        unary(UnaryOp::Not),
-        vec![boolv(&[true, false])],
-    ));
+    cs.push(exact("Not bool", unary(UnaryOp::Not), vec![boolv(&[true, false])]));
 
     // binary on f32
     let (ea, eb) = pairs(&F32_EDGES, &F32_EDGES);
@@ -381,32 +281,15 @@ fn cases() -> Vec<Case> {
         BinaryOp::Min,
         BinaryOp::Pow,
     ] {
-        let tol = if op == BinaryOp::Pow {
-            Tol::Ulps(4)
-        } else {
-            Tol::Exact
-        };
+        let tol = if op == BinaryOp::Pow { Tol::Ulps(4) } else { Tol::Exact };
         let (a, b) = if op == BinaryOp::Pow {
             (rng.f32s(&[3, 5], 0.0, 4.0), rng.f32s(&[3, 5], -3.0, 3.0))
         } else {
-            (
-                rng.f32s(&[3, 5], -10.0, 10.0),
-                rng.f32s(&[3, 5], -10.0, 10.0),
-            )
+            (rng.f32s(&[3, 5], -10.0, 10.0), rng.f32s(&[3, 5], -10.0, 10.0))
         };
         cs.push(case(format!("{op:?} f32"), binary(op), vec![a, b], tol));
-        cs.push(case(
-            format!("{op:?} f32 edges"),
-            binary(op),
-            vec![f32v(&ea), f32v(&eb)],
-            tol,
-        ));
-        cs.push(case(
-            format!("{op:?} f32 subnormals"),
-            binary(op),
-            vec![f32v(&ta), f32v(&tb)],
-            tol,
-        ));
+        cs.push(case(format!("{op:?} f32 edges"), binary(op), vec![f32v(&ea), f32v(&eb)], tol));
+        cs.push(case(format!("{op:?} f32 subnormals"), binary(op), vec![f32v(&ta), f32v(&tb)], tol));
     }
     // binary on integers: every pair of edge values (zero divisors, MIN / -1, …)
     let (ia, ib) = pairs(&I32_EDGES, &I32_EDGES);
@@ -423,99 +306,38 @@ fn cases() -> Vec<Case> {
         BinaryOp::Or,
         BinaryOp::Xor,
     ] {
-        cs.push(exact(
-            format!("{op:?} i32"),
-            binary(op),
-            vec![i32v(&ia), i32v(&ib)],
-        ));
-        cs.push(exact(
-            format!("{op:?} u32"),
-            binary(op),
-            vec![u32v(&ua), u32v(&ub)],
-        ));
+        cs.push(exact(format!("{op:?} i32"), binary(op), vec![i32v(&ia), i32v(&ib)]));
+        cs.push(exact(format!("{op:?} u32"), binary(op), vec![u32v(&ua), u32v(&ub)]));
     }
     let (sa, sb) = pairs(&I32_EDGES, &SHIFTS);
     let shifts_u: Vec<u32> = SHIFTS.iter().map(|&s| s as u32).collect();
     let (usa, usb) = pairs(&U32_EDGES, &shifts_u);
     for op in [BinaryOp::ShiftLeft, BinaryOp::ShiftRightLogical] {
-        cs.push(exact(
-            format!("{op:?} i32"),
-            binary(op),
-            vec![i32v(&sa), i32v(&sb)],
-        ));
-        cs.push(exact(
-            format!("{op:?} u32"),
-            binary(op),
-            vec![u32v(&usa), u32v(&usb)],
-        ));
+        cs.push(exact(format!("{op:?} i32"), binary(op), vec![i32v(&sa), i32v(&sb)]));
+        cs.push(exact(format!("{op:?} u32"), binary(op), vec![u32v(&usa), u32v(&usb)]));
     }
     let (ba, bb) = pairs(&[false, true], &[false, true]);
-    for op in [
-        BinaryOp::And,
-        BinaryOp::Or,
-        BinaryOp::Xor,
-        BinaryOp::Max,
-        BinaryOp::Min,
-    ] {
-        cs.push(exact(
-            format!("{op:?} bool"),
-            binary(op),
-            vec![boolv(&ba), boolv(&bb)],
-        ));
+    for op in [BinaryOp::And, BinaryOp::Or, BinaryOp::Xor, BinaryOp::Max, BinaryOp::Min] {
+        cs.push(exact(format!("{op:?} bool"), binary(op), vec![boolv(&ba), boolv(&bb)]));
     }
 
     // compare
-    for op in [
-        CmpOp::Eq,
-        CmpOp::Ne,
-        CmpOp::Lt,
-        CmpOp::Le,
-        CmpOp::Gt,
-        CmpOp::Ge,
-    ] {
+    for op in [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge] {
         let p = Prim::Compare(Compare { op });
-        cs.push(exact(
-            format!("{op:?} f32"),
-            p.clone(),
-            vec![f32v(&ea), f32v(&eb)],
-        ));
-        cs.push(exact(
-            format!("{op:?} f32 subnormals"),
-            p.clone(),
-            vec![f32v(&ta), f32v(&tb)],
-        ));
-        cs.push(exact(
-            format!("{op:?} i32"),
-            p.clone(),
-            vec![i32v(&ia), i32v(&ib)],
-        ));
-        cs.push(exact(
-            format!("{op:?} u32"),
-            p.clone(),
-            vec![u32v(&ua), u32v(&ub)],
-        ));
-        cs.push(exact(
-            format!("{op:?} bool"),
-            p,
-            vec![boolv(&ba), boolv(&bb)],
-        ));
+        cs.push(exact(format!("{op:?} f32"), p.clone(), vec![f32v(&ea), f32v(&eb)]));
+        cs.push(exact(format!("{op:?} f32 subnormals"), p.clone(), vec![f32v(&ta), f32v(&tb)]));
+        cs.push(exact(format!("{op:?} i32"), p.clone(), vec![i32v(&ia), i32v(&ib)]));
+        cs.push(exact(format!("{op:?} u32"), p.clone(), vec![u32v(&ua), u32v(&ub)]));
+        cs.push(exact(format!("{op:?} bool"), p, vec![boolv(&ba), boolv(&bb)]));
     }
 
     // select
     cs.push(exact(
         "select f32",
         Prim::Select(Select),
-        vec![
-            rng.bools(&[3, 4]),
-            rng.f32s(&[3, 4], -1.0, 1.0),
-            rng.f32s(&[3, 4], -1.0, 1.0),
-        ],
+        vec![rng.bools(&[3, 4]), rng.f32s(&[3, 4], -1.0, 1.0), rng.f32s(&[3, 4], -1.0, 1.0)],
     ));
-    cs.push(exact(
-        "select bool",
-        Prim::Select(Select),
-        vec![rng.bools(&[5]), rng.bools(&[5]), rng.bools(&[5])],
-    ));
+    cs.push(exact("select bool", Prim::Select(Select), vec![rng.bools(&[5]), rng.bools(&[5]), rng.bools(&[5])]));
 
     // convert: every pair of dtypes, on values that probe rounding and saturation
     let conv_f32 = f32v(&[
@@ -542,11 +364,7 @@ fn cases() -> Vec<Case> {
     let conv_u32 = u32v(&[0, 1, 0x8000_0000, u32::MAX, 16777217]);
     let conv_bool = boolv(&[false, true]);
     for to in [DType::I32, DType::U32, DType::Bool] {
-        cs.push(exact(
-            format!("convert f32 subnormals to {to}"),
-            Prim::Convert(Convert { to }),
-            vec![f32v(&F32_TINY)],
-        ));
+        cs.push(exact(format!("convert f32 subnormals to {to}"), Prim::Convert(Convert { to }), vec![f32v(&F32_TINY)]));
     }
     for src in [&conv_f32, &conv_i32, &conv_u32, &conv_bool] {
         for to in [DType::F32, DType::I32, DType::U32, DType::Bool] {
@@ -560,16 +378,7 @@ fn cases() -> Vec<Case> {
 
     // literals: floats must reach the device bit for bit
     let constants = [
-        f32v(&[
-            0.1,
-            -0.0,
-            1e-45,
-            3.4028235e38,
-            f32::NAN,
-            f32::NEG_INFINITY,
-            1.0 / 3.0,
-            16777215.0,
-        ]),
+        f32v(&[0.1, -0.0, 1e-45, 3.4028235e38, f32::NAN, f32::NEG_INFINITY, 1.0 / 3.0, 16777215.0]),
         Array::f32(vec![], vec![-2.75]),
         Array::f32(vec![2, 2], vec![0.5; 4]),
         Array::i32(vec![2, 3], vec![i32::MIN, -1, 0, 1, 2, i32::MAX]),
@@ -577,81 +386,29 @@ fn cases() -> Vec<Case> {
         Array::new(vec![2, 2], Data::Bool(vec![true, false, false, true])),
     ];
     for c in constants {
-        cs.push(exact(
-            format!("constant {}", c.ty()),
-            Prim::Constant(Constant { value: c }),
-            vec![],
-        ));
+        cs.push(exact(format!("constant {}", c.ty()), Prim::Constant(Constant { value: c }), vec![]));
     }
     for (ty, dim) in [
         (ArrayTy::new(DType::F32, vec![3, 4]), 1),
         (ArrayTy::new(DType::I32, vec![2, 3, 4]), 0),
         (ArrayTy::new(DType::U32, vec![5]), 0),
     ] {
-        cs.push(exact(
-            format!("iota {ty} dim {dim}"),
-            Prim::Iota(Iota { ty, dim }),
-            vec![],
-        ));
+        cs.push(exact(format!("iota {ty} dim {dim}"), Prim::Iota(Iota { ty, dim }), vec![]));
     }
 
     // layout
-    let bcast = |shape: &[usize], dims: &[usize]| {
-        Prim::Broadcast(Broadcast {
-            shape: shape.to_vec(),
-            dims: dims.to_vec(),
-        })
-    };
-    cs.push(exact(
-        "broadcast row",
-        bcast(&[2, 3], &[1]),
-        vec![rng.f32s(&[3], -1.0, 1.0)],
-    ));
-    cs.push(exact(
-        "broadcast size-1 dim",
-        bcast(&[3, 4], &[0, 1]),
-        vec![rng.f32s(&[3, 1], -1.0, 1.0)],
-    ));
-    cs.push(exact(
-        "broadcast scalar",
-        bcast(&[2, 2], &[]),
-        vec![Array::f32(vec![], vec![7.0])],
-    ));
-    cs.push(exact(
-        "broadcast middle",
-        bcast(&[2, 4, 3], &[0, 2]),
-        vec![rng.i32s(&[2, 3], -9, 9)],
-    ));
-    let reshape = |shape: &[usize]| {
-        Prim::Reshape(Reshape {
-            shape: shape.to_vec(),
-        })
-    };
-    cs.push(exact(
-        "reshape 3x4 to 2x6",
-        reshape(&[2, 6]),
-        vec![rng.f32s(&[3, 4], -1.0, 1.0)],
-    ));
-    cs.push(exact(
-        "reshape to scalar",
-        reshape(&[]),
-        vec![Array::i32(vec![1, 1], vec![5])],
-    ));
-    let transpose = |perm: &[usize]| {
-        Prim::Transpose(Transpose {
-            perm: perm.to_vec(),
-        })
-    };
-    cs.push(exact(
-        "transpose 2d",
-        transpose(&[1, 0]),
-        vec![rng.f32s(&[3, 4], -1.0, 1.0)],
-    ));
-    cs.push(exact(
-        "transpose 3d",
-        transpose(&[2, 0, 1]),
-        vec![rng.i32s(&[2, 3, 4], -99, 99)],
-    ));
+    let bcast =
+        |shape: &[usize], dims: &[usize]| Prim::Broadcast(Broadcast { shape: shape.to_vec(), dims: dims.to_vec() });
+    cs.push(exact("broadcast row", bcast(&[2, 3], &[1]), vec![rng.f32s(&[3], -1.0, 1.0)]));
+    cs.push(exact("broadcast size-1 dim", bcast(&[3, 4], &[0, 1]), vec![rng.f32s(&[3, 1], -1.0, 1.0)]));
+    cs.push(exact("broadcast scalar", bcast(&[2, 2], &[]), vec![Array::f32(vec![], vec![7.0])]));
+    cs.push(exact("broadcast middle", bcast(&[2, 4, 3], &[0, 2]), vec![rng.i32s(&[2, 3], -9, 9)]));
+    let reshape = |shape: &[usize]| Prim::Reshape(Reshape { shape: shape.to_vec() });
+    cs.push(exact("reshape 3x4 to 2x6", reshape(&[2, 6]), vec![rng.f32s(&[3, 4], -1.0, 1.0)]));
+    cs.push(exact("reshape to scalar", reshape(&[]), vec![Array::i32(vec![1, 1], vec![5])]));
+    let transpose = |perm: &[usize]| Prim::Transpose(Transpose { perm: perm.to_vec() });
+    cs.push(exact("transpose 2d", transpose(&[1, 0]), vec![rng.f32s(&[3, 4], -1.0, 1.0)]));
+    cs.push(exact("transpose 3d", transpose(&[2, 0, 1]), vec![rng.i32s(&[2, 3, 4], -99, 99)]));
     cs.push(exact(
         "concat axis 0",
         Prim::Concat(Concat { axis: 0 }),
@@ -660,35 +417,14 @@ fn cases() -> Vec<Case> {
     cs.push(exact(
         "concat axis 1, three",
         Prim::Concat(Concat { axis: 1 }),
-        vec![
-            rng.i32s(&[2, 1], -9, 9),
-            rng.i32s(&[2, 2], -9, 9),
-            rng.i32s(&[2, 3], -9, 9),
-        ],
+        vec![rng.i32s(&[2, 1], -9, 9), rng.i32s(&[2, 2], -9, 9), rng.i32s(&[2, 3], -9, 9)],
     ));
-    cs.push(exact(
-        "concat one bool",
-        Prim::Concat(Concat { axis: 0 }),
-        vec![rng.bools(&[3])],
-    ));
+    cs.push(exact("concat one bool", Prim::Concat(Concat { axis: 0 }), vec![rng.bools(&[3])]));
 
     // indexing
-    let slice = |start: &[usize], limit: &[usize]| {
-        Prim::Slice(Slice {
-            start: start.to_vec(),
-            limit: limit.to_vec(),
-        })
-    };
-    cs.push(exact(
-        "slice 2d",
-        slice(&[1, 0], &[3, 5]),
-        vec![rng.f32s(&[4, 5], -1.0, 1.0)],
-    ));
-    cs.push(exact(
-        "slice 1d",
-        slice(&[2], &[5]),
-        vec![rng.i32s(&[6], -9, 9)],
-    ));
+    let slice = |start: &[usize], limit: &[usize]| Prim::Slice(Slice { start: start.to_vec(), limit: limit.to_vec() });
+    cs.push(exact("slice 2d", slice(&[1, 0], &[3, 5]), vec![rng.f32s(&[4, 5], -1.0, 1.0)]));
+    cs.push(exact("slice 1d", slice(&[2], &[5]), vec![rng.i32s(&[6], -9, 9)]));
     let grid = rng.f32s(&[5, 6], -1.0, 1.0);
     for (r, c) in [(1, 2), (-1, 10), (4, 4), (i32::MIN, i32::MAX), (3, 3)] {
         cs.push(exact(
@@ -699,12 +435,7 @@ fn cases() -> Vec<Case> {
         cs.push(exact(
             format!("dynamic_update_slice at ({r}, {c})"),
             Prim::DynamicUpdateSlice(DynamicUpdateSlice),
-            vec![
-                grid.clone(),
-                rng.f32s(&[2, 3], 5.0, 6.0),
-                scalar_i32(r),
-                scalar_i32(c),
-            ],
+            vec![grid.clone(), rng.f32s(&[2, 3], 5.0, 6.0), scalar_i32(r), scalar_i32(c)],
         ));
     }
     cs.push(exact(
@@ -714,12 +445,7 @@ fn cases() -> Vec<Case> {
     ));
 
     // reductions
-    let reduce = |op, axes: &[usize]| {
-        Prim::Reduce(Reduce {
-            op,
-            axes: axes.to_vec(),
-        })
-    };
+    let reduce = |op, axes: &[usize]| Prim::Reduce(Reduce { op, axes: axes.to_vec() });
     let with_nan = {
         let mut a = rng.f32s(&[3, 4], -5.0, 5.0);
         if let Data::F32(v) = &mut a.data {
@@ -729,11 +455,7 @@ fn cases() -> Vec<Case> {
         a
     };
     for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
-        let tol = if op == ReduceOp::Sum {
-            Tol::Accumulated(4.0 * f32::EPSILON)
-        } else {
-            Tol::Exact
-        };
+        let tol = if op == ReduceOp::Sum { Tol::Accumulated(4.0 * f32::EPSILON) } else { Tol::Exact };
         for axes in [&[0][..], &[1], &[0, 1], &[]] {
             cs.push(case(
                 format!("{op:?} f32 axes {axes:?}"),
@@ -748,42 +470,16 @@ fn cases() -> Vec<Case> {
             vec![rng.f32s(&[2, 3, 4], -5.0, 5.0)],
             tol,
         ));
-        cs.push(case(
-            format!("{op:?} f32 with NaN"),
-            reduce(op, &[1]),
-            vec![with_nan.clone()],
-            tol,
-        ));
-        cs.push(exact(
-            format!("{op:?} i32"),
-            reduce(op, &[1]),
-            vec![rng.i32s(&[3, 4], i32::MIN, i32::MAX)],
-        ));
-        cs.push(exact(
-            format!("{op:?} u32"),
-            reduce(op, &[0]),
-            vec![rng.u32s(&[3, 4])],
-        ));
+        cs.push(case(format!("{op:?} f32 with NaN"), reduce(op, &[1]), vec![with_nan.clone()], tol));
+        cs.push(exact(format!("{op:?} i32"), reduce(op, &[1]), vec![rng.i32s(&[3, 4], i32::MIN, i32::MAX)]));
+        cs.push(exact(format!("{op:?} u32"), reduce(op, &[0]), vec![rng.u32s(&[3, 4])]));
     }
     for op in [ReduceOp::Max, ReduceOp::Min] {
-        cs.push(exact(
-            format!("{op:?} bool"),
-            reduce(op, &[1]),
-            vec![rng.bools(&[4, 3])],
-        ));
+        cs.push(exact(format!("{op:?} bool"), reduce(op, &[1]), vec![rng.bools(&[4, 3])]));
     }
-    let tiny = Array::f32(
-        vec![3, 3],
-        vec![
-            1e-40, -1e-40, 0.0, -0.0, 1e-40, -1e-40, 1e-20, 1e-40, 1.2e-38,
-        ],
-    );
+    let tiny = Array::f32(vec![3, 3], vec![1e-40, -1e-40, 0.0, -0.0, 1e-40, -1e-40, 1e-20, 1e-40, 1.2e-38]);
     for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
-        cs.push(exact(
-            format!("{op:?} f32 subnormals"),
-            reduce(op, &[1]),
-            vec![tiny.clone()],
-        ));
+        cs.push(exact(format!("{op:?} f32 subnormals"), reduce(op, &[1]), vec![tiny.clone()]));
     }
     let argmax = |axis| Prim::Argmax(Argmax { axis });
     let ties = Array::f32(
@@ -807,39 +503,16 @@ fn cases() -> Vec<Case> {
             0.0,
         ],
     );
-    cs.push(exact(
-        "argmax f32 ties and NaN",
-        argmax(1),
-        vec![ties.clone()],
-    ));
+    cs.push(exact("argmax f32 ties and NaN", argmax(1), vec![ties.clone()]));
     cs.push(exact("argmax f32 axis 0", argmax(0), vec![ties]));
-    cs.push(exact(
-        "argmax f32 random",
-        argmax(1),
-        vec![rng.f32s(&[3, 7], -1.0, 1.0)],
-    ));
-    cs.push(exact(
-        "argmax f32 subnormals",
-        argmax(1),
-        vec![tiny.clone()],
-    ));
-    cs.push(exact(
-        "argmax i32",
-        argmax(0),
-        vec![rng.i32s(&[6, 3], -3, 3)],
-    ));
-    cs.push(exact(
-        "argmax u32",
-        argmax(0),
-        vec![u32v(&[5, u32::MAX, 0x8000_0000, u32::MAX])],
-    ));
+    cs.push(exact("argmax f32 random", argmax(1), vec![rng.f32s(&[3, 7], -1.0, 1.0)]));
+    cs.push(exact("argmax f32 subnormals", argmax(1), vec![tiny.clone()]));
+    cs.push(exact("argmax i32", argmax(0), vec![rng.i32s(&[6, 3], -3, 3)]));
+    cs.push(exact("argmax u32", argmax(0), vec![u32v(&[5, u32::MAX, 0x8000_0000, u32::MAX])]));
     cs.push(exact(
         "argmax bool",
         argmax(1),
-        vec![Array::new(
-            vec![2, 3],
-            Data::Bool(vec![false, true, true, false, false, false]),
-        )],
+        vec![Array::new(vec![2, 3], Data::Bool(vec![false, true, true, false, false, false]))],
     ));
 
     // dot_general
@@ -864,12 +537,7 @@ fn cases() -> Vec<Case> {
         vec![rng.f32s(&[3, 4], -2.0, 2.0), rng.f32s(&[4], -2.0, 2.0)],
         acc,
     ));
-    cs.push(case(
-        "vecdot",
-        dot(&[], &[], &[0], &[0]),
-        vec![rng.f32s(&[6], -2.0, 2.0), rng.f32s(&[6], -2.0, 2.0)],
-        acc,
-    ));
+    cs.push(case("vecdot", dot(&[], &[], &[0], &[0]), vec![rng.f32s(&[6], -2.0, 2.0), rng.f32s(&[6], -2.0, 2.0)], acc));
     cs.push(case(
         "lhs transposed",
         dot(&[], &[], &[0], &[0]),
@@ -879,19 +547,13 @@ fn cases() -> Vec<Case> {
     cs.push(case(
         "batched matmul",
         dot(&[0], &[0], &[2], &[1]),
-        vec![
-            rng.f32s(&[2, 3, 4], -2.0, 2.0),
-            rng.f32s(&[2, 4, 5], -2.0, 2.0),
-        ],
+        vec![rng.f32s(&[2, 3, 4], -2.0, 2.0), rng.f32s(&[2, 4, 5], -2.0, 2.0)],
         acc,
     ));
     cs.push(case(
         "batch in the middle, two contractions",
         dot(&[1], &[1], &[2, 0], &[0, 2]),
-        vec![
-            rng.f32s(&[3, 2, 4], -2.0, 2.0),
-            rng.f32s(&[4, 2, 3], -2.0, 2.0),
-        ],
+        vec![rng.f32s(&[3, 2, 4], -2.0, 2.0), rng.f32s(&[4, 2, 3], -2.0, 2.0)],
         acc,
     ));
     cs.push(case(
@@ -900,42 +562,19 @@ fn cases() -> Vec<Case> {
         vec![rng.f32s(&[3], -2.0, 2.0), rng.f32s(&[4], -2.0, 2.0)],
         acc,
     ));
-    cs.push(exact(
-        "matmul subnormals",
-        dot(&[], &[], &[1], &[0]),
-        vec![tiny.clone(), tiny],
-    ));
+    cs.push(exact("matmul subnormals", dot(&[], &[], &[1], &[0]), vec![tiny.clone(), tiny]));
     cs.push(exact(
         "matmul i32",
         dot(&[], &[], &[1], &[0]),
-        vec![
-            rng.i32s(&[3, 4], i32::MIN, i32::MAX),
-            rng.i32s(&[4, 2], -99, 99),
-        ],
+        vec![rng.i32s(&[3, 4], i32::MIN, i32::MAX), rng.i32s(&[4, 2], -99, 99)],
     ));
-    cs.push(exact(
-        "matmul u32",
-        dot(&[], &[], &[1], &[0]),
-        vec![rng.u32s(&[2, 3]), rng.u32s(&[3, 2])],
-    ));
+    cs.push(exact("matmul u32", dot(&[], &[], &[1], &[0]), vec![rng.u32s(&[2, 3]), rng.u32s(&[3, 2])]));
 
     // zero-size arrays
     let empty = Array::f32(vec![2, 0], vec![]);
-    cs.push(exact(
-        "slice to nothing",
-        slice(&[1, 0], &[1, 3]),
-        vec![rng.f32s(&[2, 3], -1.0, 1.0)],
-    ));
-    cs.push(exact(
-        "sum over an empty axis",
-        reduce(ReduceOp::Sum, &[1]),
-        vec![empty.clone()],
-    ));
-    cs.push(exact(
-        "max over an empty axis",
-        reduce(ReduceOp::Max, &[1]),
-        vec![empty],
-    ));
+    cs.push(exact("slice to nothing", slice(&[1, 0], &[1, 3]), vec![rng.f32s(&[2, 3], -1.0, 1.0)]));
+    cs.push(exact("sum over an empty axis", reduce(ReduceOp::Sum, &[1]), vec![empty.clone()]));
+    cs.push(exact("max over an empty axis", reduce(ReduceOp::Max, &[1]), vec![empty]));
 
     // plumbing: results that are parameters, twice
     cs.push(Case {
@@ -964,48 +603,20 @@ fn loop_case(name: &str, lo: i64, hi: i64) -> Case {
         let acc = fb.fresh(f3.clone());
         let n = fb.fresh(i32s.clone());
         let fi = fb.prim1(Prim::Convert(Convert { to: DType::F32 }), &[i]);
-        let fi3 = fb.prim1(
-            Prim::Broadcast(Broadcast {
-                shape: vec![3],
-                dims: vec![],
-            }),
-            &[fi],
-        );
+        let fi3 = fb.prim1(Prim::Broadcast(Broadcast { shape: vec![3], dims: vec![] }), &[fi]);
         let t = fb.prim1(binary(BinaryOp::Mul), &[x, fi3]);
         let acc2 = fb.prim1(binary(BinaryOp::Add), &[acc, t]);
-        let one = fb.prim1(
-            Prim::Constant(Constant {
-                value: scalar_i32(1),
-            }),
-            &[],
-        );
+        let one = fb.prim1(Prim::Constant(Constant { value: scalar_i32(1) }), &[]);
         let n2 = fb.prim1(binary(BinaryOp::Add), &[n, one]);
         let eqns = fb.frames.pop().expect("the body frame");
-        let body = Graph {
-            params: vec![i, x, acc, n],
-            eqns,
-            results: vec![acc2, n2],
-        };
+        let body = Graph { params: vec![i, x, acc, n], eqns, results: vec![acc2, n2] };
         let outs = vec![fb.fresh(f3), fb.fresh(i32s)];
-        fb.push(Eqn {
-            outs: outs.clone(),
-            op: Op::Loop {
-                lo,
-                hi,
-                n_consts: 1,
-                body,
-            },
-            args: vs.to_vec(),
-        });
+        fb.push(Eqn { outs: outs.clone(), op: Op::Loop { lo, hi, n_consts: 1, body }, args: vs.to_vec() });
         outs
     });
     Case {
         name: name.to_string(),
-        args: vec![
-            f32v(&[0.5, -1.25, 2.0]),
-            f32v(&[0.0, 1.0, 2.0]),
-            scalar_i32(0),
-        ],
+        args: vec![f32v(&[0.5, -1.25, 2.0]), f32v(&[0.0, 1.0, 2.0]), scalar_i32(0)],
         tol: Tol::Exact,
         build,
     }
@@ -1024,58 +635,22 @@ fn nested_loop_case() -> Case {
             let j = fb.fresh(i32s.clone());
             let ic = fb.fresh(i32s.clone());
             let s_in = fb.fresh(i32s.clone());
-            let two = fb.prim1(
-                Prim::Constant(Constant {
-                    value: scalar_i32(2),
-                }),
-                &[],
-            );
+            let two = fb.prim1(Prim::Constant(Constant { value: scalar_i32(2) }), &[]);
             let s2 = fb.prim1(binary(BinaryOp::Mul), &[s_in, two]);
             let d = fb.prim1(binary(BinaryOp::Sub), &[ic, j]);
             let s3 = fb.prim1(binary(BinaryOp::Add), &[s2, d]);
             let eqns = fb.frames.pop().expect("the inner frame");
-            let body = Graph {
-                params: vec![j, ic, s_in],
-                eqns,
-                results: vec![s3],
-            };
+            let body = Graph { params: vec![j, ic, s_in], eqns, results: vec![s3] };
             let out = fb.fresh(i32s.clone());
-            fb.push(Eqn {
-                outs: vec![out],
-                op: Op::Loop {
-                    lo: 0,
-                    hi: 4,
-                    n_consts: 1,
-                    body,
-                },
-                args: vec![i, s],
-            });
+            fb.push(Eqn { outs: vec![out], op: Op::Loop { lo: 0, hi: 4, n_consts: 1, body }, args: vec![i, s] });
             let eqns = fb.frames.pop().expect("the outer frame");
-            let body = Graph {
-                params: vec![i, s],
-                eqns,
-                results: vec![out],
-            };
+            let body = Graph { params: vec![i, s], eqns, results: vec![out] };
             let outer = fb.fresh(i32s);
-            fb.push(Eqn {
-                outs: vec![outer],
-                op: Op::Loop {
-                    lo: 0,
-                    hi: 3,
-                    n_consts: 0,
-                    body,
-                },
-                args: vs.to_vec(),
-            });
+            fb.push(Eqn { outs: vec![outer], op: Op::Loop { lo: 0, hi: 3, n_consts: 0, body }, args: vs.to_vec() });
             vec![outer]
         }
     });
-    Case {
-        name: "nested loops".to_string(),
-        args: vec![scalar_i32(1)],
-        tol: Tol::Exact,
-        build,
-    }
+    Case { name: "nested loops".to_string(), args: vec![scalar_i32(1)], tol: Tol::Exact, build }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1084,30 +659,18 @@ fn nested_loop_case() -> Case {
 /// Runs `f` on the device.
 fn run_device(f: &Func, args: &[Array]) -> Result<Vec<Array>, String> {
     let client = client();
-    let exe = client
-        .compile(&lower_module(f, 1), 1)
-        .map_err(|e| e.to_string())?;
-    let bufs: Vec<_> = args
-        .iter()
-        .map(|a| client.upload(a, 0).expect("upload"))
-        .collect();
+    let exe = client.compile(&lower_module(f, 1), 1).map_err(|e| e.to_string())?;
+    let bufs: Vec<_> = args.iter().map(|a| client.upload(a, 0).expect("upload")).collect();
     let refs: Vec<_> = bufs.iter().collect();
     let outs = exe.execute(&refs).map_err(|e| e.to_string())?;
-    Ok(outs
-        .iter()
-        .map(|b| b.download().expect("download"))
-        .collect())
+    Ok(outs.iter().map(|b| b.download().expect("download")).collect())
 }
 
 /// Distance in units in the last place between two finite floats of one sign class.
 fn ulps(a: f32, b: f32) -> u32 {
     let key = |x: f32| {
         let bits = x.to_bits() as i64;
-        if bits < 0x8000_0000 {
-            bits
-        } else {
-            0x8000_0000 - bits
-        }
+        if bits < 0x8000_0000 { bits } else { 0x8000_0000 - bits }
     };
     (key(a) - key(b)).unsigned_abs().min(u64::from(u32::MAX)) as u32
 }
@@ -1123,10 +686,7 @@ fn compare(dev: &Array, want: &Array, tol: Tol, scale: Option<&[f32]>) -> Result
         return if dev == want {
             Ok(0.0)
         } else {
-            Err(format!(
-                "device {:?}\n   interpreter {:?}",
-                dev.data, want.data
-            ))
+            Err(format!("device {:?}\n   interpreter {:?}", dev.data, want.data))
         };
     };
     let mut worst = 0.0f64;
@@ -1200,10 +760,7 @@ fn every_primitive_matches_the_interpreter_on_the_device() {
                     rejected.push(format!("{}: {e}", c.name));
                 }
             }
-            panic!(
-                "the plugin rejected the module: {e}\n\nrejected cases:\n{}",
-                rejected.join("\n")
-            );
+            panic!("the plugin rejected the module: {e}\n\nrejected cases:\n{}", rejected.join("\n"));
         }
     };
 
@@ -1225,11 +782,5 @@ fn every_primitive_matches_the_interpreter_on_the_device() {
     for (name, e) in &worst {
         println!("inexact but within tolerance: {name}: {e:e}");
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases differ:\n{}",
-        failures.len(),
-        cases.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), cases.len(), failures.join("\n"));
 }

@@ -21,7 +21,15 @@ impl Rng {
 /// Splits source into rough tokens: identifier/number runs, whitespace runs, single symbols.
 fn tokens(src: &str) -> Vec<String> {
     let mut out: Vec<String> = vec![];
-    let class = |c: char| if c.is_alphanumeric() || c == '_' || c == '.' { 0 } else if c.is_whitespace() { 1 } else { 2 };
+    let class = |c: char| {
+        if c.is_alphanumeric() || c == '_' || c == '.' {
+            0
+        } else if c.is_whitespace() {
+            1
+        } else {
+            2
+        }
+    };
     for c in src.chars() {
         match out.last_mut() {
             Some(t) if class(c) != 2 && t.chars().last().map(class) == Some(class(c)) => t.push(c),
@@ -59,7 +67,10 @@ fn mutate(src: &str, rng: &mut Rng) -> String {
             return String::from_utf8_lossy(&bytes).into_owned();
         }
         _ => {
-            let pool = ["{", "}", "(", ")", "[", "]", ";", ",", "@", "**", "..", "::", "as", "let", "if", "for", "carry", "0", "1.5", "f32", "N", "-"];
+            let pool = [
+                "{", "}", "(", ")", "[", "]", ";", ",", "@", "**", "..", "::", "as", "let", "if", "for", "carry", "0",
+                "1.5", "f32", "N", "-",
+            ];
             let i = rng.below(t.len());
             t[i] = pool[rng.below(pool.len())].to_string();
         }

@@ -40,11 +40,7 @@ fn client() -> &'static Client {
 /// Runs `probe` in a child process (this test binary, filtered to `test`) and returns
 /// what it returned, asserting that the child exited cleanly. In the child, runs `probe`
 /// and prints its result between markers.
-fn in_child(
-    test: &str,
-    envs: &[(&str, Option<&Path>)],
-    probe: impl FnOnce() -> String,
-) -> Option<String> {
+fn in_child(test: &str, envs: &[(&str, Option<&Path>)], probe: impl FnOnce() -> String) -> Option<String> {
     if env::var(CHILD_ENV).as_deref() == Ok(test) {
         let result = probe();
         println!("PROBE-BEGIN\n{result}\nPROBE-END");
@@ -52,9 +48,7 @@ fn in_child(
     }
     let exe = env::current_exe().expect("the test binary's path");
     let mut command = Command::new(exe);
-    command
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, test);
+    command.args([test, "--exact", "--nocapture", "--test-threads=1"]).env(CHILD_ENV, test);
     for (key, value) in envs {
         match value {
             Some(value) => command.env(key, value),
@@ -80,17 +74,11 @@ fn in_child(
 fn run(mlir: &str, args: &[Array]) -> Vec<Array> {
     let client = client();
     let exe = client.compile(mlir, 1).expect("compile");
-    let buffers: Vec<_> = args
-        .iter()
-        .map(|a| client.upload(a, 0).expect("upload"))
-        .collect();
+    let buffers: Vec<_> = args.iter().map(|a| client.upload(a, 0).expect("upload")).collect();
     let refs: Vec<_> = buffers.iter().collect();
     let outputs = exe.execute(&refs).expect("execute");
     assert_eq!(outputs.len(), exe.num_outputs());
-    outputs
-        .iter()
-        .map(|b| b.download().expect("download"))
-        .collect()
+    outputs.iter().map(|b| b.download().expect("download")).collect()
 }
 
 fn error_text(result: Result<impl std::fmt::Debug, RuntimeError>) -> String {
@@ -126,10 +114,7 @@ fn client_reports_platform_version_and_devices() {
     assert_eq!(devices.len(), 2, "{devices:?}");
     for (i, device) in devices.iter().enumerate() {
         assert_eq!(device.index, i);
-        assert!(
-            !device.kind.is_empty() && !device.description.is_empty(),
-            "{device:?}"
-        );
+        assert!(!device.kind.is_empty() && !device.description.is_empty(), "{device:?}");
     }
     assert_ne!(devices[0].id, devices[1].id);
 }
@@ -138,10 +123,7 @@ fn client_reports_platform_version_and_devices() {
 fn every_dtype_roundtrips_on_every_device() {
     let client = client();
     let arrays = [
-        Array::f32(
-            vec![2, 3],
-            vec![1.5, -2.0, 0.0, f32::MAX, f32::MIN_POSITIVE, -0.0],
-        ),
+        Array::f32(vec![2, 3], vec![1.5, -2.0, 0.0, f32::MAX, f32::MIN_POSITIVE, -0.0]),
         Array::f32(vec![], vec![std::f32::consts::PI]),
         Array::i32(vec![4], vec![i32::MIN, -1, 0, i32::MAX]),
         Array::new(vec![3], Data::U32(vec![0, 1, u32::MAX])),
@@ -170,10 +152,7 @@ fn dot_general_f32() {
     let a = Array::f32(vec![2, 3], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
     let b = Array::f32(vec![3, 2], vec![7.0, 8.0, 9.0, 10.0, 11.0, 12.0]);
     let out = run(DOT, &[a, b]);
-    assert_eq!(
-        out,
-        [Array::f32(vec![2, 2], vec![58.0, 64.0, 139.0, 154.0])]
-    );
+    assert_eq!(out, [Array::f32(vec![2, 2], vec![58.0, 64.0, 139.0, 154.0])]);
 }
 
 #[test]
@@ -219,21 +198,14 @@ func.func public @main(%a: tensor<3xf32>, %b: tensor<3xf32>, %p: tensor<3xi1>, %
 fn outputs_feed_back_as_inputs_without_download() {
     let client = client();
     let exe = client.compile(ADD_I32, 1).expect("compile");
-    let one = client
-        .upload(&Array::i32(vec![4], vec![1, 1, 1, 1]), 0)
-        .expect("upload");
-    let mut acc = client
-        .upload(&Array::i32(vec![4], vec![0, 1, 2, 3]), 0)
-        .expect("upload");
+    let one = client.upload(&Array::i32(vec![4], vec![1, 1, 1, 1]), 0).expect("upload");
+    let mut acc = client.upload(&Array::i32(vec![4], vec![0, 1, 2, 3]), 0).expect("upload");
     for _ in 0..10 {
         let mut out = exe.execute(&[&acc, &one]).expect("execute");
         acc = out.pop().expect("one output");
     }
     assert_eq!(acc.ty(), &ArrayTy::new(DType::I32, vec![4]));
-    assert_eq!(
-        acc.download().expect("download"),
-        Array::i32(vec![4], vec![10, 11, 12, 13])
-    );
+    assert_eq!(acc.download().expect("download"), Array::i32(vec![4], vec![10, 11, 12, 13]));
 }
 
 #[test]
@@ -241,15 +213,10 @@ fn compile_on_second_device() {
     let client = client();
     let exe = client.compile_on(ADD_I32, &[1]).expect("compile");
     assert_eq!(exe.devices(), [1]);
-    let a = client
-        .upload(&Array::i32(vec![4], vec![1, 2, 3, 4]), 1)
-        .expect("upload");
+    let a = client.upload(&Array::i32(vec![4], vec![1, 2, 3, 4]), 1).expect("upload");
     let out = exe.execute(&[&a, &a]).expect("execute");
     assert_eq!(out[0].device(), 1);
-    assert_eq!(
-        out[0].download().expect("download"),
-        Array::i32(vec![4], vec![2, 4, 6, 8])
-    );
+    assert_eq!(out[0].download().expect("download"), Array::i32(vec![4], vec![2, 4, 6, 8]));
 }
 
 const ALL_REDUCE: &str = r#"
@@ -271,35 +238,20 @@ fn all_reduce_over_two_replicas() {
     let exe = client.compile(ALL_REDUCE, 2).expect("compile");
     assert_eq!(exe.num_replicas(), 2);
     assert_eq!(exe.devices(), [0, 1]);
-    let x0 = client
-        .upload(&Array::f32(vec![3], vec![1.0, 2.0, 3.0]), 0)
-        .expect("upload");
-    let x1 = client
-        .upload(&Array::f32(vec![3], vec![10.0, 20.0, 30.0]), 1)
-        .expect("upload");
-    let out = exe
-        .execute_replicated(&[vec![&x0], vec![&x1]])
-        .expect("execute");
+    let x0 = client.upload(&Array::f32(vec![3], vec![1.0, 2.0, 3.0]), 0).expect("upload");
+    let x1 = client.upload(&Array::f32(vec![3], vec![10.0, 20.0, 30.0]), 1).expect("upload");
+    let out = exe.execute_replicated(&[vec![&x0], vec![&x1]]).expect("execute");
     assert_eq!(out.len(), 2);
     for (replica, outputs) in out.iter().enumerate() {
         assert_eq!(outputs[0].device(), replica);
-        assert_eq!(
-            outputs[0].download().expect("download"),
-            Array::f32(vec![3], vec![11.0, 22.0, 33.0])
-        );
-        assert_eq!(
-            outputs[1].download().expect("download"),
-            Array::new(vec![], Data::U32(vec![replica as u32]))
-        );
+        assert_eq!(outputs[0].download().expect("download"), Array::f32(vec![3], vec![11.0, 22.0, 33.0]));
+        assert_eq!(outputs[1].download().expect("download"), Array::new(vec![], Data::U32(vec![replica as u32])));
     }
     // Misuse is an error, not a crash.
     let text = error_text(exe.execute(&[&x0]));
     assert!(text.contains("execute_replicated"), "{text}");
     let text = error_text(exe.execute_replicated(&[vec![&x0]]));
-    assert!(
-        text.contains("2 device(s) but 1 argument list(s)"),
-        "{text}"
-    );
+    assert!(text.contains("2 device(s) but 1 argument list(s)"), "{text}");
 }
 
 #[test]
@@ -322,17 +274,13 @@ fn handles_are_send_and_sync() {
 fn executes_from_two_threads_at_once() {
     let client = client();
     let exe = client.compile(ADD_I32, 1).expect("compile");
-    let shared = client
-        .upload(&Array::i32(vec![4], vec![1, 2, 3, 4]), 0)
-        .expect("upload");
+    let shared = client.upload(&Array::i32(vec![4], vec![1, 2, 3, 4]), 0).expect("upload");
     std::thread::scope(|s| {
         for t in 0..2 {
             let (exe, shared) = (&exe, &shared);
             s.spawn(move || {
                 for i in 0..200 {
-                    let x = client
-                        .upload(&Array::i32(vec![4], vec![t, i, -i, 0]), 0)
-                        .expect("upload");
+                    let x = client.upload(&Array::i32(vec![4], vec![t, i, -i, 0]), 0).expect("upload");
                     let out = exe.execute(&[&x, shared]).expect("execute");
                     let got = out[0].download().expect("download");
                     assert_eq!(got, Array::i32(vec![4], vec![t + 1, i + 2, 3 - i, 4]));
@@ -344,9 +292,7 @@ fn executes_from_two_threads_at_once() {
 
 #[test]
 fn invalid_mlir_is_an_error() {
-    let result = in_child("invalid_mlir_is_an_error", &[], || {
-        error_text(client().compile("this is not MLIR", 1))
-    });
+    let result = in_child("invalid_mlir_is_an_error", &[], || error_text(client().compile("this is not MLIR", 1)));
     if let Some(text) = result {
         assert!(text.contains("PJRT error"), "{text}");
     }
@@ -372,9 +318,7 @@ fn wrong_argument_count_is_an_error() {
     let result = in_child("wrong_argument_count_is_an_error", &[], || {
         let client = client();
         let exe = client.compile(ADD_I32, 1).expect("compile");
-        let a = client
-            .upload(&Array::i32(vec![4], vec![1, 2, 3, 4]), 0)
-            .expect("upload");
+        let a = client.upload(&Array::i32(vec![4], vec![1, 2, 3, 4]), 0).expect("upload");
         error_text(exe.execute(&[&a]))
     });
     if let Some(text) = result {
@@ -387,12 +331,8 @@ fn wrong_argument_shape_is_an_error() {
     let result = in_child("wrong_argument_shape_is_an_error", &[], || {
         let client = client();
         let exe = client.compile(ADD_I32, 1).expect("compile");
-        let a = client
-            .upload(&Array::i32(vec![4], vec![1, 2, 3, 4]), 0)
-            .expect("upload");
-        let b = client
-            .upload(&Array::i32(vec![2], vec![1, 2]), 0)
-            .expect("upload");
+        let a = client.upload(&Array::i32(vec![4], vec![1, 2, 3, 4]), 0).expect("upload");
+        let b = client.upload(&Array::i32(vec![2], vec![1, 2]), 0).expect("upload");
         error_text(exe.execute(&[&a, &b]))
     });
     if let Some(text) = result {
@@ -405,9 +345,7 @@ fn argument_on_the_wrong_device_is_an_error() {
     let result = in_child("argument_on_the_wrong_device_is_an_error", &[], || {
         let client = client();
         let exe = client.compile(ADD_I32, 1).expect("compile");
-        let a = client
-            .upload(&Array::i32(vec![4], vec![1, 2, 3, 4]), 1)
-            .expect("upload");
+        let a = client.upload(&Array::i32(vec![4], vec![1, 2, 3, 4]), 1).expect("upload");
         error_text(exe.execute(&[&a, &a]))
     });
     if let Some(text) = result {
@@ -425,14 +363,9 @@ func.func public @main(%x: tensor<2xf32> {tf.aliasing_output = 0 : i32}) -> tens
 }"#;
         let client = client();
         let exe = client.compile(mlir, 1).expect("compile");
-        let x = client
-            .upload(&Array::f32(vec![2], vec![1.0, 2.0]), 0)
-            .expect("upload");
+        let x = client.upload(&Array::f32(vec![2], vec![1.0, 2.0]), 0).expect("upload");
         let y = exe.execute(&[&x]).expect("execute");
-        assert_eq!(
-            y[0].download().expect("download"),
-            Array::f32(vec![2], vec![2.0, 4.0])
-        );
+        assert_eq!(y[0].download().expect("download"), Array::f32(vec![2], vec![2.0, 4.0]));
         let again = error_text(exe.execute(&[&x]));
         format!("{}\n{again}", error_text(x.download()))
     });
@@ -447,10 +380,7 @@ fn missing_plugin_path_is_named() {
     let text = error_text(Client::new(path, ClientOptions::default()));
     assert!(text.contains(&*path.to_string_lossy()), "{text}");
     let text = error_text(plugin::find(Some(path)));
-    assert!(
-        text.contains(&*path.to_string_lossy()) && text.contains("--plugin"),
-        "{text}"
-    );
+    assert!(text.contains(&*path.to_string_lossy()) && text.contains("--plugin"), "{text}");
 }
 
 #[test]
@@ -481,11 +411,9 @@ fn shared_library_without_pjrt_is_not_a_plugin() {
 #[test]
 fn env_var_path_that_does_not_exist_is_named() {
     let missing = Path::new("/nonexistent/podracer/from-env.so");
-    let result = in_child(
-        "env_var_path_that_does_not_exist_is_named",
-        &[(PLUGIN_ENV, Some(missing))],
-        || error_text(Runtime::open(None, None)),
-    );
+    let result = in_child("env_var_path_that_does_not_exist_is_named", &[(PLUGIN_ENV, Some(missing))], || {
+        error_text(Runtime::open(None, None))
+    });
     if let Some(text) = result {
         assert!(text.contains(&*missing.to_string_lossy()), "{text}");
         assert!(text.contains(PLUGIN_ENV), "{text}");
@@ -514,17 +442,10 @@ fn discovery_prefers_explicit_then_env_then_cache() {
     for file in [&cached, &from_env, &explicit] {
         fs::write(file, "stand-in").expect("write");
     }
-    let cases: [(Option<&Path>, Option<&Path>, &Path); 3] = [
-        (None, None, &cached),
-        (Some(&from_env), None, &from_env),
-        (Some(&from_env), Some(&explicit), &explicit),
-    ];
+    let cases: [(Option<&Path>, Option<&Path>, &Path); 3] =
+        [(None, None, &cached), (Some(&from_env), None, &from_env), (Some(&from_env), Some(&explicit), &explicit)];
     for (env_plugin, explicit, expected) in cases {
-        let envs = [
-            (PLUGIN_ENV, env_plugin),
-            (EXPLICIT_ENV, explicit),
-            (CACHE_ENV, Some(dir.path())),
-        ];
+        let envs = [(PLUGIN_ENV, env_plugin), (EXPLICIT_ENV, explicit), (CACHE_ENV, Some(dir.path()))];
         let found = in_child(TEST, &envs, String::new).expect("the child's result");
         assert_eq!(Path::new(&found), expected);
     }

@@ -1,7 +1,7 @@
 //! `podc`, the command line. Each subcommand is a thin layer over `driver` and `runtime`.
 
 use crate::array::Array;
-use crate::diag::{emit_stderr, SourceMap};
+use crate::diag::{SourceMap, emit_stderr};
 use crate::driver::{self, Entry};
 use crate::resolve::Program;
 use crate::runtime::{Client, Runtime};
@@ -108,11 +108,7 @@ fn check(files: &[PathBuf]) -> Result<(), Failure> {
         emit_stderr(&prog.map, &diags);
         failed |= !diags.is_empty();
     }
-    if failed {
-        Err(Failure::Reported)
-    } else {
-        Ok(())
-    }
+    if failed { Err(Failure::Reported) } else { Ok(()) }
 }
 
 /// Loads and checks `file`, printing diagnostics; only a clean program comes back.
@@ -123,7 +119,11 @@ fn load(file: &Path) -> Result<Program, Failure> {
     } else {
         emit_stderr(&prog.map, &diags);
         let n = diags.len();
-        eprintln!("error: could not compile `{}` due to {n} previous error{}", file.display(), if n == 1 { "" } else { "s" });
+        eprintln!(
+            "error: could not compile `{}` due to {n} previous error{}",
+            file.display(),
+            if n == 1 { "" } else { "s" }
+        );
         Err(Failure::Reported)
     }
 }
@@ -189,11 +189,20 @@ pub fn run_on_device(client: &Client, e: &Entry, args: &[Array]) -> Result<Vec<A
 fn read_args(e: &Entry, args: Option<&str>) -> Result<Vec<Array>, Failure> {
     let text = match args {
         None if e.params.is_empty() => return Ok(vec![]),
-        None => return Err(Failure::Message(format!("`{}` takes {} arguments: pass them with `--args`", e.func.name, e.params.len()))),
+        None => {
+            return Err(Failure::Message(format!(
+                "`{}` takes {} arguments: pass them with `--args`",
+                e.func.name,
+                e.params.len()
+            )));
+        }
         Some(s) if s.trim_start().starts_with('[') => s.to_string(),
-        Some(path) => std::fs::read_to_string(path).map_err(|err| format!("cannot read `--args` file `{path}`: {err}"))?,
+        Some(path) => {
+            std::fs::read_to_string(path).map_err(|err| format!("cannot read `--args` file `{path}`: {err}"))?
+        }
     };
-    let v: serde_json::Value = serde_json::from_str(&text).map_err(|err| format!("`--args` is not valid JSON: {err}"))?;
+    let v: serde_json::Value =
+        serde_json::from_str(&text).map_err(|err| format!("`--args` is not valid JSON: {err}"))?;
     Ok(crate::io::args_from_json(&e.params, &v)?)
 }
 

@@ -66,11 +66,13 @@ impl Diag {
 
     fn to_codespan(&self) -> Diagnostic<FileId> {
         let (span, label) = &self.primary;
-        let mut labels = vec![Label::primary(span.file, span.start as usize..span.end as usize)
-            .with_message(label.clone())];
-        labels.extend(self.secondary.iter().map(|(s, m)| {
-            Label::secondary(s.file, s.start as usize..s.end as usize).with_message(m.clone())
-        }));
+        let mut labels =
+            vec![Label::primary(span.file, span.start as usize..span.end as usize).with_message(label.clone())];
+        labels.extend(
+            self.secondary
+                .iter()
+                .map(|(s, m)| Label::secondary(s.file, s.start as usize..s.end as usize).with_message(m.clone())),
+        );
         let mut notes = self.notes.clone();
         if let Some(help) = &self.help {
             notes.push(format!("help: {help}"));

@@ -14,14 +14,44 @@ use crate::types::{Dim, Ty};
 
 /// Every builtin's name, for "did you mean" suggestions.
 pub(crate) const NAMES: &[&str] = &[
-    "exp", "log", "tanh", "sqrt", "abs", "floor", "sin", "cos", "min", "max", "clamp", "where", "sum", "mean",
-    "reduce_max", "reduce_min", "argmax", "logsumexp", "softmax", "reshape", "transpose", "concatenate", "arange",
-    "zeros", "ones", "full", "set",
+    "exp",
+    "log",
+    "tanh",
+    "sqrt",
+    "abs",
+    "floor",
+    "sin",
+    "cos",
+    "min",
+    "max",
+    "clamp",
+    "where",
+    "sum",
+    "mean",
+    "reduce_max",
+    "reduce_min",
+    "argmax",
+    "logsumexp",
+    "softmax",
+    "reshape",
+    "transpose",
+    "concatenate",
+    "arange",
+    "zeros",
+    "ones",
+    "full",
+    "set",
 ];
 
 impl Elab<'_> {
     /// Elaborates a builtin call, or returns `None` if `func` is not a builtin.
-    pub(crate) fn builtin(&mut self, func: &ast::Ident, args: &[ast::Expr], span: Span, _expected: Option<&Ty>) -> Option<Val> {
+    pub(crate) fn builtin(
+        &mut self,
+        func: &ast::Ident,
+        args: &[ast::Expr],
+        span: Span,
+        _expected: Option<&Ty>,
+    ) -> Option<Val> {
         let name = func.name.as_str();
         let (min, max) = match name {
             "exp" | "log" | "tanh" | "sqrt" | "abs" | "floor" | "sin" | "cos" => (1, 1),
@@ -36,7 +66,13 @@ impl Elab<'_> {
                 self.expr(a);
             }
             let expected = if args.len() < min { min } else { max };
-            return Some(self.err(TypeError::Arity { what: format!("`{name}`"), expected, found: args.len(), span, decl: None }));
+            return Some(self.err(TypeError::Arity {
+                what: format!("`{name}`"),
+                expected,
+                found: args.len(),
+                span,
+                decl: None,
+            }));
         }
         Some(match name {
             "exp" | "log" | "tanh" | "sqrt" | "floor" | "sin" | "cos" => {
@@ -122,7 +158,12 @@ impl Elab<'_> {
                 match &v.ty {
                     Ty::Array(_, d) if d.is_empty() => self.fill(v, dims),
                     Ty::Error => v,
-                    _ => self.err(TypeError::BadOperand { op: "full".into(), ty: v.ty.clone(), span: args[1].span, expected: "a scalar".into() }),
+                    _ => self.err(TypeError::BadOperand {
+                        op: "full".into(),
+                        ty: v.ty.clone(),
+                        span: args[1].span,
+                        expected: "a scalar".into(),
+                    }),
                 }
             }
             "set" => self.set(args),
@@ -143,7 +184,12 @@ impl Elab<'_> {
         match &v.ty {
             Ty::Array(d, _) if ok(*d) => v,
             Ty::Error => v,
-            _ => self.err(TypeError::BadOperand { op: name.into(), ty: v.ty.clone(), span: e.span, expected: expected.into() }),
+            _ => self.err(TypeError::BadOperand {
+                op: name.into(),
+                ty: v.ty.clone(),
+                span: e.span,
+                expected: expected.into(),
+            }),
         }
     }
 
@@ -153,7 +199,12 @@ impl Elab<'_> {
         match &v.ty {
             Ty::Array(DType::F32, _) | Ty::Error => v,
             Ty::Array(_, _) if v.weak => self.convert(v, DType::F32, e.span),
-            _ => self.err(TypeError::BadOperand { op: name.into(), ty: v.ty.clone(), span: e.span, expected: "`f32` values".into() }),
+            _ => self.err(TypeError::BadOperand {
+                op: name.into(),
+                ty: v.ty.clone(),
+                span: e.span,
+                expected: "`f32` values".into(),
+            }),
         }
     }
 
@@ -244,11 +295,23 @@ impl Elab<'_> {
         }
         let sc = dims_of(&c.ty).to_vec();
         let Some(ab) = crate::types::shape::broadcast(sa, sb) else {
-            return self.err(TypeError::BroadcastMismatch { op: "where".into(), left: a.ty.clone(), right: b.ty.clone(), left_span: args[1].span, right_span: args[2].span });
+            return self.err(TypeError::BroadcastMismatch {
+                op: "where".into(),
+                left: a.ty.clone(),
+                right: b.ty.clone(),
+                left_span: args[1].span,
+                right_span: args[2].span,
+            });
         };
         let Some(out) = crate::types::shape::broadcast(&sc, &ab) else {
             let vals = Ty::Array(*da, ab);
-            return self.err(TypeError::BroadcastMismatch { op: "where".into(), left: c.ty.clone(), right: vals, left_span: args[0].span, right_span: args[1].span.to(args[2].span) });
+            return self.err(TypeError::BroadcastMismatch {
+                op: "where".into(),
+                left: c.ty.clone(),
+                right: vals,
+                left_span: args[0].span,
+                right_span: args[1].span.to(args[2].span),
+            });
         };
         let ty = Ty::Array(*da, out.clone());
         if !self.concrete(&[&c, &a, &b]) {
@@ -272,7 +335,8 @@ impl Elab<'_> {
                 None => return Val::error(),
             },
         };
-        let out: Vec<Dim> = dims.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, d)| d.clone()).collect();
+        let out: Vec<Dim> =
+            dims.iter().enumerate().filter(|(i, _)| !axes.contains(i)).map(|(_, d)| d.clone()).collect();
         let ty = Ty::Array(dtype, out);
         if !self.concrete(&[&v]) {
             return Val::of(ty, vec![]);
@@ -299,9 +363,15 @@ impl Elab<'_> {
         let v = self.float_arg(name, e);
         let Ty::Array(_, dims) = v.ty.clone() else { return v };
         if dims.is_empty() {
-            return self.err(TypeError::BadOperand { op: name.into(), ty: v.ty.clone(), span: e.span, expected: "an array of rank 1 or more".into() });
+            return self.err(TypeError::BadOperand {
+                op: name.into(),
+                ty: v.ty.clone(),
+                span: e.span,
+                expected: "an array of rank 1 or more".into(),
+            });
         }
-        let out_ty = if name == "softmax" { v.ty.clone() } else { Ty::Array(DType::F32, dims[..dims.len() - 1].to_vec()) };
+        let out_ty =
+            if name == "softmax" { v.ty.clone() } else { Ty::Array(DType::F32, dims[..dims.len() - 1].to_vec()) };
         if !self.concrete(&[&v]) {
             return Val::of(out_ty, vec![]);
         }
@@ -338,11 +408,13 @@ impl Elab<'_> {
             None => (0..dims.len()).rev().collect(),
             Some(e) => {
                 let Some(p) = self.shape_arg(e) else { return Val::error() };
-                let perm: Vec<usize> = p.iter().map(|d| if let Dim::Known(n) = d { *n as usize } else { usize::MAX }).collect();
+                let perm: Vec<usize> =
+                    p.iter().map(|d| if let Dim::Known(n) = d { *n as usize } else { usize::MAX }).collect();
                 let mut sorted = perm.clone();
                 sorted.sort_unstable();
                 if sorted != (0..dims.len()).collect::<Vec<_>>() {
-                    let detail = format!("`[{}]` is not a permutation of the {} axes", crate::types::join(&p), dims.len());
+                    let detail =
+                        format!("`[{}]` is not a permutation of the {} axes", crate::types::join(&p), dims.len());
                     return self.err(TypeError::BadIndex { detail, span: e.span });
                 }
                 perm
@@ -368,14 +440,26 @@ impl Elab<'_> {
         let vals: Vec<Val> = elems.iter().map(|x| self.expr(x)).collect();
         if vals.is_empty() || vals.iter().any(|v| v.ty.is_error()) {
             if vals.is_empty() {
-                return self.err(TypeError::BadOperand { op: "concatenate".into(), ty: Ty::unit(), span, expected: "at least one array".into() });
+                return self.err(TypeError::BadOperand {
+                    op: "concatenate".into(),
+                    ty: Ty::unit(),
+                    span,
+                    expected: "at least one array".into(),
+                });
             }
             return Val::error();
         }
         let first = vals[0].clone();
-        let Ty::Array(dtype, dims) = first.ty.clone() else { return self.not_array("concatenate", &first, elems[0].span) };
+        let Ty::Array(dtype, dims) = first.ty.clone() else {
+            return self.not_array("concatenate", &first, elems[0].span);
+        };
         let Some(axis) = (if dims.is_empty() {
-            self.err(TypeError::BadOperand { op: "concatenate".into(), ty: first.ty.clone(), span: elems[0].span, expected: "arrays of rank 1 or more".into() });
+            self.err(TypeError::BadOperand {
+                op: "concatenate".into(),
+                ty: first.ty.clone(),
+                span: elems[0].span,
+                expected: "arrays of rank 1 or more".into(),
+            });
             None
         } else if args.len() > 1 {
             self.axis_arg(&first, args.get(1), span, false)
@@ -387,16 +471,27 @@ impl Elab<'_> {
         let mut total = 0u64;
         let mut vs = vec![];
         for (v, x) in vals.into_iter().zip(elems) {
-            let v = if v.weak && !matches!(v.ty, Ty::Array(d, _) if d == dtype) { self.convert(v, dtype, x.span) } else { v };
+            let v = if v.weak && !matches!(v.ty, Ty::Array(d, _) if d == dtype) {
+                self.convert(v, dtype, x.span)
+            } else {
+                v
+            };
             let ok = match &v.ty {
                 Ty::Array(d, ds) => {
-                    *d == dtype && ds.len() == dims.len() && ds.iter().zip(&dims).enumerate().all(|(i, (a, b))| i == axis || a == b)
+                    *d == dtype
+                        && ds.len() == dims.len()
+                        && ds.iter().zip(&dims).enumerate().all(|(i, (a, b))| i == axis || a == b)
                 }
                 _ => false,
             };
             if !ok {
                 let detail = format!("every part must be `{}` except along axis {axis}", first.ty);
-                return self.err(TypeError::Mismatch { expected: first.ty.clone(), found: v.ty.clone(), span: x.span, because: Some((elems[0].span, detail)) });
+                return self.err(TypeError::Mismatch {
+                    expected: first.ty.clone(),
+                    found: v.ty.clone(),
+                    span: x.span,
+                    because: Some((elems[0].span, detail)),
+                });
             }
             match &dims_of(&v.ty)[axis] {
                 Dim::Known(n) => total += n,
@@ -431,7 +526,10 @@ impl Elab<'_> {
                 Ty::Array(d, s) if d.is_int() && s.is_empty() => idx.push(self.convert(i, DType::I32, e.span)),
                 Ty::Error => {}
                 _ => {
-                    self.err(TypeError::BadIndex { detail: format!("an index must be an integer scalar, found `{}`", i.ty), span: e.span });
+                    self.err(TypeError::BadIndex {
+                        detail: format!("an index must be an integer scalar, found `{}`", i.ty),
+                        span: e.span,
+                    });
                 }
             }
         }
@@ -451,7 +549,12 @@ impl Elab<'_> {
                 let want = Ty::Array(dtype, vd.clone());
                 self.coerce(v, &want, args[2].span, None)
             }
-            _ => self.err(TypeError::Mismatch { expected: target, found: v.ty.clone(), span: args[2].span, because: None }),
+            _ => self.err(TypeError::Mismatch {
+                expected: target,
+                found: v.ty.clone(),
+                span: args[2].span,
+                because: None,
+            }),
         };
         if v.ty.is_error() {
             return v;

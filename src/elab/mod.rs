@@ -79,8 +79,13 @@ pub fn check(prog: &Program) -> Vec<Diag> {
 pub fn build(prog: &Program, entry: &str) -> Result<(Func, Vec<Ty>, Ty), Box<Diag>> {
     let r = prog.root_fn(entry).ok_or_else(|| {
         let span = prog.modules.first().and_then(|m| m.ast.items.first()).map(|i| crate::resolve::item_name(i).span);
-        Diag::new("E0223", format!("no function `{entry}` in the root module"), span.unwrap_or_default(), "expected an entry point")
-            .with_help("choose one with `--entry NAME`")
+        Diag::new(
+            "E0223",
+            format!("no function `{entry}` in the root module"),
+            span.unwrap_or_default(),
+            "expected an entry point",
+        )
+        .with_help("choose one with `--entry NAME`")
     });
     let r = r.map_err(Box::new)?;
     let ast::Item::Fn(f) = prog.item(r) else { unreachable!("root_fn returns functions") };
@@ -96,7 +101,10 @@ pub fn build(prog: &Program, entry: &str) -> Result<(Func, Vec<Ty>, Ty), Box<Dia
     for (name, ty) in &f.params {
         let ty = cx.resolve_ty(ty);
         let leaves = ty.leaves().ok_or_else(|| {
-            Box::new(TypeError::Entry { detail: "the parameter's type must have known sizes".into(), span: name.span }.into_diag())
+            Box::new(
+                TypeError::Entry { detail: "the parameter's type must have known sizes".into(), span: name.span }
+                    .into_diag(),
+            )
         })?;
         let b = cx.b.as_mut().expect("build mode");
         let vars: Vec<Var> = leaves.into_iter().map(|t| b.fresh(t)).collect();
@@ -193,7 +201,8 @@ impl<'p> Elab<'p> {
     // ---------------------------------------------------------------- items
 
     fn check_fn(&mut self, f: &ast::Fn) {
-        self.sizes = f.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect();
+        self.sizes =
+            f.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect();
         self.scopes = vec![HashMap::new()];
         let mut seen: HashMap<&str, Span> = HashMap::new();
         for (name, ty) in &f.params {
@@ -214,18 +223,25 @@ impl<'p> Elab<'p> {
             return d.clone();
         }
         let saved = (std::mem::replace(&mut self.module, r.module), std::mem::take(&mut self.sizes));
-        self.sizes = s.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect();
+        self.sizes =
+            s.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect();
         let mut fields: Vec<(String, Ty)> = vec![];
         for (n, t) in &s.fields {
-            if let Some(first) = s.fields.iter().find(|(m, _)| m.name == n.name).map(|(m, _)| m.span).filter(|sp| *sp != n.span)
-                && !fields.iter().any(|(f, _)| *f == n.name) {
-                    self.err(TypeError::Duplicate { name: n.name.clone(), span: n.span, first });
-                }
+            if let Some(first) =
+                s.fields.iter().find(|(m, _)| m.name == n.name).map(|(m, _)| m.span).filter(|sp| *sp != n.span)
+                && !fields.iter().any(|(f, _)| *f == n.name)
+            {
+                self.err(TypeError::Duplicate { name: n.name.clone(), span: n.span, first });
+            }
             let ty = self.resolve_ty(t);
             fields.push((n.name.clone(), ty));
         }
         (self.module, self.sizes) = saved;
-        let def = Rc::new(StructDef { name: s.name.name.clone(), generics: s.generics.iter().map(|g| Rc::from(g.name.as_str())).collect(), fields });
+        let def = Rc::new(StructDef {
+            name: s.name.name.clone(),
+            generics: s.generics.iter().map(|g| Rc::from(g.name.as_str())).collect(),
+            fields,
+        });
         self.structs.insert(r, def.clone());
         def
     }
@@ -237,7 +253,11 @@ impl<'p> Elab<'p> {
         }
         // Mark it in progress, so that a const defined by itself is an error, not a loop.
         self.consts.insert(r, Val::error());
-        let saved = (std::mem::replace(&mut self.module, r.module), std::mem::take(&mut self.scopes), std::mem::take(&mut self.sizes));
+        let saved = (
+            std::mem::replace(&mut self.module, r.module),
+            std::mem::take(&mut self.scopes),
+            std::mem::take(&mut self.sizes),
+        );
         let ty = self.resolve_ty(&c.ty);
         let v = self.expr_expect(&c.value, &ty);
         let v = if v.known.is_none() && !v.ty.is_error() {
@@ -387,7 +407,11 @@ impl<'p> Elab<'p> {
                     }
                 }
                 _ => {
-                    self.err(TypeError::PatternMismatch { ty: v.ty.clone(), span: *span, detail: "not a tuple".into() });
+                    self.err(TypeError::PatternMismatch {
+                        ty: v.ty.clone(),
+                        span: *span,
+                        detail: "not a tuple".into(),
+                    });
                     for p in pats {
                         self.bind(p, Val::error());
                     }
@@ -430,9 +454,11 @@ impl<'p> Elab<'p> {
             return Val { ty: if v.ty.is_error() { expected.clone() } else { v.ty }, weak: false, ..v };
         }
         if let (true, Ty::Array(want, wd), Ty::Array(have, hd)) = (v.weak, expected, &v.ty)
-            && wd == hd && (want.is_float() || !have.is_float()) {
-                return Val { weak: false, ..self.convert(v, *want, span) };
-            }
+            && wd == hd
+            && (want.is_float() || !have.is_float())
+        {
+            return Val { weak: false, ..self.convert(v, *want, span) };
+        }
         self.err(TypeError::Mismatch { expected: expected.clone(), found: v.ty, span, because })
     }
 
@@ -522,7 +548,12 @@ impl<'p> Elab<'p> {
                 match v.ty {
                     Ty::Array(..) => Val { weak: false, ..self.convert(v, to, e.span) },
                     Ty::Error => v,
-                    _ => self.err(TypeError::BadOperand { op: "as".into(), ty: v.ty.clone(), span: x.span, expected: "an array".into() }),
+                    _ => self.err(TypeError::BadOperand {
+                        op: "as".into(),
+                        ty: v.ty.clone(),
+                        span: x.span,
+                        expected: "an array".into(),
+                    }),
                 }
             }
             ExprKind::If { cond, then, else_ } => self.if_(cond, then, else_, expected),
@@ -562,7 +593,9 @@ impl<'p> Elab<'p> {
             Some(r) => match self.prog.item(r) {
                 ast::Item::Const(c) => self.const_val(r, c),
                 ast::Item::Fn(_) => self.err(TypeError::NotAValue { name: id.name.clone(), span: id.span }),
-                ast::Item::Struct(_) => self.err(TypeError::UnknownName { name: id.name.clone(), span: id.span, similar: None }),
+                ast::Item::Struct(_) => {
+                    self.err(TypeError::UnknownName { name: id.name.clone(), span: id.span, similar: None })
+                }
             },
             None => {
                 let similar = self.similar_name(&id.name);
@@ -595,14 +628,25 @@ impl<'p> Elab<'p> {
             return Val::error();
         }
         let Some(first) = vals.first() else {
-            return self.err(TypeError::BadOperand { op: "[]".into(), ty: Ty::unit(), span, expected: "at least one element".into() });
+            return self.err(TypeError::BadOperand {
+                op: "[]".into(),
+                ty: Ty::unit(),
+                span,
+                expected: "at least one element".into(),
+            });
         };
         // The element type: the first non-weak one, else f32 if any weak element is.
-        let pick = vals.iter().find(|v| !v.weak).or_else(|| vals.iter().find(|v| matches!(v.ty, Ty::Array(DType::F32, _))));
+        let pick =
+            vals.iter().find(|v| !v.weak).or_else(|| vals.iter().find(|v| matches!(v.ty, Ty::Array(DType::F32, _))));
         let target = pick.unwrap_or(first).ty.clone();
         let weak = vals.iter().all(|v| v.weak);
         let Ty::Array(dtype, dims) = target.clone() else {
-            return self.err(TypeError::BadOperand { op: "[]".into(), ty: target, span: elems[0].span, expected: "array elements".into() });
+            return self.err(TypeError::BadOperand {
+                op: "[]".into(),
+                ty: target,
+                span: elems[0].span,
+                expected: "array elements".into(),
+            });
         };
         let mut out = vec![];
         for (v, x) in vals.into_iter().zip(elems) {
@@ -664,7 +708,9 @@ impl<'p> Elab<'p> {
         for g in &def.generics {
             match sizes.get(g) {
                 Some(d) => args.push(d.clone()),
-                None => return self.err(TypeError::CannotInferSize { param: g.to_string(), func: def.name.clone(), span }),
+                None => {
+                    return self.err(TypeError::CannotInferSize { param: g.to_string(), func: def.name.clone(), span });
+                }
             }
         }
         let mut vars = vec![];
@@ -685,7 +731,12 @@ impl<'p> Elab<'p> {
                     Some(i) => self.split(&v).swap_remove(i),
                     None => {
                         let names = fields.into_iter().map(|(n, _)| n).collect();
-                        self.err(TypeError::UnknownField { ty: v.ty.clone(), field: field.name.clone(), span: field.span, fields: names })
+                        self.err(TypeError::UnknownField {
+                            ty: v.ty.clone(),
+                            field: field.name.clone(),
+                            span: field.span,
+                            fields: names,
+                        })
                     }
                 }
             }
@@ -711,7 +762,14 @@ impl<'p> Elab<'p> {
 
     // ---------------------------------------------------------------- calls
 
-    fn call(&mut self, func: &ast::Ident, args: &[ast::Expr], recv: Option<&ast::Expr>, span: Span, expected: Option<&Ty>) -> Val {
+    fn call(
+        &mut self,
+        func: &ast::Ident,
+        args: &[ast::Expr],
+        recv: Option<&ast::Expr>,
+        span: Span,
+        expected: Option<&Ty>,
+    ) -> Val {
         let all: Vec<ast::Expr> = recv.into_iter().cloned().chain(args.iter().cloned()).collect();
         let user = self.prog.modules[self.module].scope.get(&func.name).copied();
         match user.map(|r| (r, self.prog.item(r))) {
@@ -720,7 +778,12 @@ impl<'p> Elab<'p> {
                 for a in &all {
                     self.expr(a);
                 }
-                self.err(TypeError::BadOperand { op: "call".into(), ty: Ty::Error, span: func.span, expected: "a function".into() })
+                self.err(TypeError::BadOperand {
+                    op: "call".into(),
+                    ty: Ty::Error,
+                    span: func.span,
+                    expected: "a function".into(),
+                })
             }
             None => match self.builtin(func, &all, span, expected) {
                 Some(v) => v,
@@ -735,7 +798,15 @@ impl<'p> Elab<'p> {
         }
     }
 
-    fn call_user(&mut self, r: ItemRef, f: &ast::Fn, name: &ast::Ident, args: &[ast::Expr], span: Span, expected: Option<&Ty>) -> Val {
+    fn call_user(
+        &mut self,
+        r: ItemRef,
+        f: &ast::Fn,
+        name: &ast::Ident,
+        args: &[ast::Expr],
+        span: Span,
+        expected: Option<&Ty>,
+    ) -> Val {
         let vals: Vec<Val> = args.iter().map(|a| self.expr(a)).collect();
         if vals.len() != f.params.len() {
             return self.err(TypeError::Arity {
@@ -779,7 +850,11 @@ impl<'p> Elab<'p> {
         }
         for g in &f.generics {
             if !sizes.contains_key(g.name.as_str()) {
-                return self.err(TypeError::CannotInferSize { param: g.name.clone(), func: f.name.name.clone(), span: name.span });
+                return self.err(TypeError::CannotInferSize {
+                    param: g.name.clone(),
+                    func: f.name.name.clone(),
+                    span: name.span,
+                });
             }
         }
         let ret = ret.subst(&sizes);
@@ -815,7 +890,12 @@ impl<'p> Elab<'p> {
         let c = match &c.ty {
             Ty::Array(DType::Bool, d) if d.is_empty() => c,
             Ty::Error => c,
-            _ => self.err(TypeError::Mismatch { expected: Ty::scalar(DType::Bool), found: c.ty.clone(), span: cond.span, because: None }),
+            _ => self.err(TypeError::Mismatch {
+                expected: Ty::scalar(DType::Bool),
+                found: c.ty.clone(),
+                span: cond.span,
+                because: None,
+            }),
         };
         let t = self.block(then, expected);
         let f = self.expr_with(else_, expected);
@@ -832,21 +912,39 @@ impl<'p> Elab<'p> {
             return Val::error();
         }
         if t.ty != f.ty {
-            return self.err(TypeError::BranchMismatch { then_ty: t.ty, else_ty: f.ty, then_span: then.value.span, else_span: else_.span });
+            return self.err(TypeError::BranchMismatch {
+                then_ty: t.ty,
+                else_ty: f.ty,
+                then_span: then.value.span,
+                else_span: else_.span,
+            });
         }
         let weak = t.weak && f.weak;
         // Both branches are pure and already evaluated: choose between them, leaf by leaf.
         let vars = match self.b.as_mut() {
             Some(b) => {
                 let tys: Vec<_> = t.vars.iter().map(|&v| b.ty(v).clone()).collect();
-                t.vars.iter().zip(&f.vars).zip(tys).map(|((&x, &y), ty)| ops::emit_select(b, c.vars[0], x, y, &ty)).collect()
+                t.vars
+                    .iter()
+                    .zip(&f.vars)
+                    .zip(tys)
+                    .map(|((&x, &y), ty)| ops::emit_select(b, c.vars[0], x, y, &ty))
+                    .collect()
             }
             None => vec![],
         };
         Val { ty: t.ty, vars, weak, known: None }
     }
 
-    fn for_(&mut self, var: &ast::Pat, lo: &ast::Expr, hi: &ast::Expr, carry: &ast::Pat, init: &ast::Expr, body: &ast::Block) -> Val {
+    fn for_(
+        &mut self,
+        var: &ast::Pat,
+        lo: &ast::Expr,
+        hi: &ast::Expr,
+        carry: &ast::Pat,
+        init: &ast::Expr,
+        body: &ast::Block,
+    ) -> Val {
         let lo_d = self.static_dim(lo, "a loop bound");
         let hi_d = self.static_dim(hi, "a loop bound");
         let init_v = self.expr(init);
@@ -868,7 +966,12 @@ impl<'p> Elab<'p> {
         self.bind(var, index_v);
         self.bind(carry, Val { weak: init_v.weak, ..carry_v });
         let next = self.block(body, Some(&carry_ty));
-        let next = self.coerce(next, &carry_ty, body.value.span, Some((init.span, format!("the carry starts as `{carry_ty}` here"))));
+        let next = self.coerce(
+            next,
+            &carry_ty,
+            body.value.span,
+            Some((init.span, format!("the carry starts as `{carry_ty}` here"))),
+        );
         self.scopes.pop();
         let (Some(Dim::Known(lo)), Some(Dim::Known(hi)), Some(b)) = (lo_d, hi_d, self.b.as_mut()) else {
             return Val::of(carry_ty, vec![]);
@@ -898,7 +1001,13 @@ pub(crate) fn leaf_count(t: &Ty) -> usize {
 
 /// Structural matching of a declared type against an actual one, binding the declared
 /// type's size parameters. `conflict` receives a parameter bound to two different sizes.
-fn unify_dims(decl: &Ty, actual: &Ty, weak: bool, sizes: &mut Subst, conflict: &mut Option<(String, String, String)>) -> bool {
+fn unify_dims(
+    decl: &Ty,
+    actual: &Ty,
+    weak: bool,
+    sizes: &mut Subst,
+    conflict: &mut Option<(String, String, String)>,
+) -> bool {
     let dims = |ds: &[Dim], xs: &[Dim], sizes: &mut Subst, conflict: &mut Option<(String, String, String)>| {
         ds.len() == xs.len()
             && ds.iter().zip(xs).all(|(d, x)| match d {
@@ -918,8 +1027,12 @@ fn unify_dims(decl: &Ty, actual: &Ty, weak: bool, sizes: &mut Subst, conflict: &
     };
     match (decl, actual) {
         (_, Ty::Error) | (Ty::Error, _) => true,
-        (Ty::Array(dd, ds), Ty::Array(ad, xs)) => (dd == ad || (weak && (dd.is_float() || !ad.is_float()))) && dims(ds, xs, sizes, conflict),
-        (Ty::Tuple(a), Ty::Tuple(b)) => a.len() == b.len() && a.iter().zip(b).all(|(x, y)| unify_dims(x, y, false, sizes, conflict)),
+        (Ty::Array(dd, ds), Ty::Array(ad, xs)) => {
+            (dd == ad || (weak && (dd.is_float() || !ad.is_float()))) && dims(ds, xs, sizes, conflict)
+        }
+        (Ty::Tuple(a), Ty::Tuple(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| unify_dims(x, y, false, sizes, conflict))
+        }
         (Ty::Struct(a, xs), Ty::Struct(b, ys)) => Rc::ptr_eq(a, b) && dims(xs, ys, sizes, conflict),
         _ => false,
     }

@@ -8,8 +8,8 @@
 
 use super::{Elab, Val};
 use crate::array::{Array, ArrayTy, DType, Data};
-use crate::ir::build::Builder;
 use crate::ir::Var;
+use crate::ir::build::Builder;
 use crate::prims::*;
 use crate::syntax::ast::{self, BinOp, UnOp};
 use crate::syntax::span::Span;
@@ -61,7 +61,12 @@ impl Elab<'_> {
             Ty::Error => return v,
             _ => {
                 let expected = if op == UnOp::Neg { "a number" } else { "a bool or an integer" };
-                return self.err(TypeError::BadOperand { op: name.into(), ty: v.ty.clone(), span, expected: expected.into() });
+                return self.err(TypeError::BadOperand {
+                    op: name.into(),
+                    ty: v.ty.clone(),
+                    span,
+                    expected: expected.into(),
+                });
             }
         }
         if !self.concrete(&[&v]) {
@@ -98,20 +103,45 @@ impl Elab<'_> {
         }
         for (v, s) in [(&a, ls), (&b, rs)] {
             if !matches!(v.ty, Ty::Array(..)) {
-                return self.err(TypeError::BadOperand { op: name.into(), ty: v.ty.clone(), span: s, expected: "an array".into() });
+                return self.err(TypeError::BadOperand {
+                    op: name.into(),
+                    ty: v.ty.clone(),
+                    span: s,
+                    expected: "an array".into(),
+                });
             }
         }
         let (a, b) = unify_weak(self, a, b, ls, rs);
         let (Ty::Array(da, sa), Ty::Array(db, sb)) = (&a.ty, &b.ty) else { return Val::error() };
         if da != db {
-            return self.err(TypeError::DTypeMismatch { op: name.into(), left: a.ty.clone(), right: b.ty.clone(), span, left_span: ls, right_span: rs });
+            return self.err(TypeError::DTypeMismatch {
+                op: name.into(),
+                left: a.ty.clone(),
+                right: b.ty.clone(),
+                span,
+                left_span: ls,
+                right_span: rs,
+            });
         }
         let p = match prim(*da) {
             Ok(p) => p,
-            Err(expected) => return self.err(TypeError::BadOperand { op: name.into(), ty: a.ty.clone(), span, expected: expected.into() }),
+            Err(expected) => {
+                return self.err(TypeError::BadOperand {
+                    op: name.into(),
+                    ty: a.ty.clone(),
+                    span,
+                    expected: expected.into(),
+                });
+            }
         };
         let Some(out) = shape::broadcast(sa, sb) else {
-            return self.err(TypeError::BroadcastMismatch { op: name.into(), left: a.ty.clone(), right: b.ty.clone(), left_span: ls, right_span: rs });
+            return self.err(TypeError::BroadcastMismatch {
+                op: name.into(),
+                left: a.ty.clone(),
+                right: b.ty.clone(),
+                left_span: ls,
+                right_span: rs,
+            });
         };
         let weak = a.weak && b.weak && !matches!(p, Prim::Compare(_));
         let out_dtype = if matches!(p, Prim::Compare(_)) { DType::Bool } else { *da };
@@ -130,25 +160,53 @@ impl Elab<'_> {
         let (a, b) = unify_weak(self, a, b, ls, rs);
         let (Ty::Array(da, sa), Ty::Array(db, sb)) = (&a.ty, &b.ty) else {
             let bad = if matches!(a.ty, Ty::Array(..)) { (&b.ty, rs) } else { (&a.ty, ls) };
-            return self.err(TypeError::BadOperand { op: "@".into(), ty: bad.0.clone(), span: bad.1, expected: "an array".into() });
+            return self.err(TypeError::BadOperand {
+                op: "@".into(),
+                ty: bad.0.clone(),
+                span: bad.1,
+                expected: "an array".into(),
+            });
         };
         if da != db || *da == DType::Bool {
-            return self.err(TypeError::DTypeMismatch { op: "@".into(), left: a.ty.clone(), right: b.ty.clone(), span: ls.to(rs), left_span: ls, right_span: rs });
+            return self.err(TypeError::DTypeMismatch {
+                op: "@".into(),
+                left: a.ty.clone(),
+                right: b.ty.clone(),
+                span: ls.to(rs),
+                left_span: ls,
+                right_span: rs,
+            });
         }
         let m = match shape::matmul(sa, sb) {
             Ok(m) => m,
             Err(e) => {
                 let detail = match e {
-                    MatMulError::Rank => "`@` takes vectors and matrices (or stacks of matrices with equal leading dimensions)".to_string(),
-                    MatMulError::Contract(x, y) => format!("the contracted dimensions differ: {x} (last of the left) and {y}"),
+                    MatMulError::Rank => {
+                        "`@` takes vectors and matrices (or stacks of matrices with equal leading dimensions)"
+                            .to_string()
+                    }
+                    MatMulError::Contract(x, y) => {
+                        format!("the contracted dimensions differ: {x} (last of the left) and {y}")
+                    }
                 };
-                return self.err(TypeError::MatMulMismatch { left: a.ty.clone(), right: b.ty.clone(), left_span: ls, right_span: rs, detail });
+                return self.err(TypeError::MatMulMismatch {
+                    left: a.ty.clone(),
+                    right: b.ty.clone(),
+                    left_span: ls,
+                    right_span: rs,
+                    detail,
+                });
             }
         };
         if !self.concrete(&[&a, &b]) {
             return Val::of(Ty::Array(*da, m.out), vec![]);
         }
-        let p = Prim::Dot(Dot { lhs_batch: m.batch.clone(), rhs_batch: m.batch, lhs_contract: vec![m.lhs_contract], rhs_contract: vec![m.rhs_contract] });
+        let p = Prim::Dot(Dot {
+            lhs_batch: m.batch.clone(),
+            rhs_batch: m.batch,
+            lhs_contract: vec![m.lhs_contract],
+            rhs_contract: vec![m.rhs_contract],
+        });
         self.apply(p, &[&a, &b])
     }
 
@@ -165,7 +223,12 @@ impl Elab<'_> {
             if v.ty.is_error() {
                 return v;
             }
-            return self.err(TypeError::BadOperand { op: "[]".into(), ty: v.ty.clone(), span: x.span, expected: "an array".into() });
+            return self.err(TypeError::BadOperand {
+                op: "[]".into(),
+                ty: v.ty.clone(),
+                span: x.span,
+                expected: "an array".into(),
+            });
         };
         if idx.len() > dims.len() {
             let detail = format!("{} indices for an array of rank {}", idx.len(), dims.len());
@@ -182,11 +245,16 @@ impl Elab<'_> {
                 ast::Index::At(e) => {
                     let iv = self.expr(e);
                     match &iv.ty {
-                        Ty::Array(t, s) if t.is_int() && s.is_empty() => picks.push(Pick::At(self.convert(iv, DType::I32, e.span))),
+                        Ty::Array(t, s) if t.is_int() && s.is_empty() => {
+                            picks.push(Pick::At(self.convert(iv, DType::I32, e.span)))
+                        }
                         Ty::Error => failed = true,
                         _ => {
                             failed = true;
-                            self.err(TypeError::BadIndex { detail: format!("an index must be an integer scalar, found `{}`", iv.ty), span: e.span });
+                            self.err(TypeError::BadIndex {
+                                detail: format!("an index must be an integer scalar, found `{}`", iv.ty),
+                                span: e.span,
+                            });
                         }
                     }
                 }
@@ -202,10 +270,14 @@ impl Elab<'_> {
                     match (s, t) {
                         (Some(s), Some(t)) => {
                             if let (Dim::Known(a), Dim::Known(b), Dim::Known(n)) = (&s, &t, d)
-                                && (a > b || b > n) {
-                                    failed = true;
-                                    self.err(TypeError::BadIndex { detail: format!("range {a}..{b} is outside 0..{n}"), span: *span });
-                                }
+                                && (a > b || b > n)
+                            {
+                                failed = true;
+                                self.err(TypeError::BadIndex {
+                                    detail: format!("range {a}..{b} is outside 0..{n}"),
+                                    span: *span,
+                                });
+                            }
                             picks.push(Pick::Range(s, t));
                         }
                         _ => failed = true,
@@ -231,7 +303,9 @@ impl Elab<'_> {
         }
         out_dims.extend(dims[picks.len()..].iter().cloned());
         let ty = Ty::Array(dtype, out_dims);
-        let all: Vec<&Val> = std::iter::once(&v).chain(picks.iter().filter_map(|p| if let Pick::At(i) = p { Some(i) } else { None })).collect();
+        let all: Vec<&Val> = std::iter::once(&v)
+            .chain(picks.iter().filter_map(|p| if let Pick::At(i) = p { Some(i) } else { None }))
+            .collect();
         if !self.concrete(&all) {
             return Val::of(ty, vec![]);
         }
@@ -244,7 +318,11 @@ impl Elab<'_> {
                 (start[k], limit[k]) = (*a as usize, *b as usize);
             }
         }
-        let mut cur = if limit != shape || start.iter().any(|&s| s != 0) { self.apply(Prim::Slice(Slice { start, limit }), &[&v]) } else { v.clone() };
+        let mut cur = if limit != shape || start.iter().any(|&s| s != 0) {
+            self.apply(Prim::Slice(Slice { start, limit }), &[&v])
+        } else {
+            v.clone()
+        };
         // 2. Dynamic slice of size one along each indexed axis, then drop those axes.
         if picks.iter().any(|p| matches!(p, Pick::At(_))) {
             let zero = self.known_val(Array::i32(vec![], vec![0]), Ty::scalar(DType::I32), false);
@@ -334,10 +412,18 @@ pub(crate) fn stack_known(parts: &[Array]) -> Array {
     let mut shape = vec![parts.len()];
     shape.extend(parts[0].shape.iter().copied());
     let data = match &parts[0].data {
-        Data::F32(_) => Data::F32(parts.iter().flat_map(|p| if let Data::F32(v) = &p.data { v.clone() } else { vec![] }).collect()),
-        Data::I32(_) => Data::I32(parts.iter().flat_map(|p| if let Data::I32(v) = &p.data { v.clone() } else { vec![] }).collect()),
-        Data::U32(_) => Data::U32(parts.iter().flat_map(|p| if let Data::U32(v) = &p.data { v.clone() } else { vec![] }).collect()),
-        Data::Bool(_) => Data::Bool(parts.iter().flat_map(|p| if let Data::Bool(v) = &p.data { v.clone() } else { vec![] }).collect()),
+        Data::F32(_) => {
+            Data::F32(parts.iter().flat_map(|p| if let Data::F32(v) = &p.data { v.clone() } else { vec![] }).collect())
+        }
+        Data::I32(_) => {
+            Data::I32(parts.iter().flat_map(|p| if let Data::I32(v) = &p.data { v.clone() } else { vec![] }).collect())
+        }
+        Data::U32(_) => {
+            Data::U32(parts.iter().flat_map(|p| if let Data::U32(v) = &p.data { v.clone() } else { vec![] }).collect())
+        }
+        Data::Bool(_) => Data::Bool(
+            parts.iter().flat_map(|p| if let Data::Bool(v) = &p.data { v.clone() } else { vec![] }).collect(),
+        ),
     };
     Array::new(shape, data)
 }

@@ -79,13 +79,9 @@ impl Builder {
         for &y in &yields {
             note(y, &defined, &mut captured);
         }
-        let renamed: HashMap<Var, Var> =
-            captured.iter().map(|&c| (c, self.fresh(self.ty(c).clone()))).collect();
+        let renamed: HashMap<Var, Var> = captured.iter().map(|&c| (c, self.fresh(self.ty(c).clone()))).collect();
         let rename = |v: &Var| *renamed.get(v).unwrap_or(v);
-        let eqns = eqns
-            .into_iter()
-            .map(|e| Eqn { args: e.args.iter().map(rename).collect(), ..e })
-            .collect();
+        let eqns = eqns.into_iter().map(|e| Eqn { args: e.args.iter().map(rename).collect(), ..e }).collect();
         let mut body_params = vec![params[0]];
         body_params.extend(captured.iter().map(rename));
         body_params.extend_from_slice(&params[1..]);

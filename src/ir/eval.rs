@@ -13,14 +13,7 @@ use crate::array::Array;
 /// pass [`super::verify::verify`].
 pub fn eval_func(f: &Func, args: &[Array]) -> Vec<Array> {
     let params = f.param_types();
-    assert_eq!(
-        args.len(),
-        params.len(),
-        "{} takes {} arguments, got {}",
-        f.name,
-        params.len(),
-        args.len()
-    );
+    assert_eq!(args.len(), params.len(), "{} takes {} arguments, got {}", f.name, params.len(), args.len());
     for (k, (a, t)) in args.iter().zip(&params).enumerate() {
         assert_eq!(&a.ty(), t, "argument {k} of {} has the wrong type", f.name);
     }
@@ -31,9 +24,7 @@ pub fn eval_func(f: &Func, args: &[Array]) -> Vec<Array> {
 }
 
 fn get(env: &[Option<Array>], v: Var) -> &Array {
-    env[v.0 as usize]
-        .as_ref()
-        .unwrap_or_else(|| panic!("eval: %{} used before definition", v.0))
+    env[v.0 as usize].as_ref().unwrap_or_else(|| panic!("eval: %{} used before definition", v.0))
 }
 
 /// Binds `g`'s parameters to `args`, runs its equations and returns its results.
@@ -56,12 +47,7 @@ fn run_eqns(f: &Func, g: &Graph, env: &mut [Option<Array>]) -> Vec<Array> {
                 let args: Vec<&Array> = e.args.iter().map(|&v| get(env, v)).collect();
                 p.rules().eval(&args)
             }
-            Op::Loop {
-                lo,
-                hi,
-                n_consts,
-                body,
-            } => {
+            Op::Loop { lo, hi, n_consts, body } => {
                 let args: Vec<Array> = e.args.iter().map(|&v| get(env, v).clone()).collect();
                 run_loop(f, (*lo, *hi, *n_consts, body), args, env)
             }

@@ -47,7 +47,12 @@ pub enum Op {
     /// `args` are `consts ++ init`, where the first `n_consts` are loop-invariant values
     /// the body reads. `body.params` are `[i, consts.., carries..]` (`i` is an i32
     /// scalar), `body.results` the next carries, and `outs` the final carries.
-    Loop { lo: i64, hi: i64, n_consts: usize, body: Graph },
+    Loop {
+        lo: i64,
+        hi: i64,
+        n_consts: usize,
+        body: Graph,
+    },
 }
 
 /// One entry point, with the types of all its values (nested bodies included).

@@ -25,12 +25,7 @@ pub fn print_func(f: &Func) -> String {
     let mut out = String::new();
     let params: Vec<String> = f.graph.params.iter().map(|&p| typed(f, p)).collect();
     let results: Vec<String> = f.result_types().iter().map(|t| t.to_string()).collect();
-    out.push_str(&format!(
-        "func @{}({}) -> ({}) {{\n",
-        f.name,
-        params.join(", "),
-        results.join(", ")
-    ));
+    out.push_str(&format!("func @{}({}) -> ({}) {{\n", f.name, params.join(", "), results.join(", ")));
     print_body(f, &f.graph, 1, &mut out);
     push_line(&mut out, 1, &format!("return {}", vars(&f.graph.results)));
     out.push_str("}\n");
@@ -62,36 +57,13 @@ fn print_body(f: &Func, g: &Graph, depth: usize, out: &mut String) {
         match &e.op {
             Op::Prim(p) => {
                 let r = p.rules();
-                let line = format!(
-                    "{} = {}{}({}) : {out_tys}",
-                    vars(&e.outs),
-                    r.name(),
-                    r.attrs(),
-                    vars(&e.args)
-                );
+                let line = format!("{} = {}{}({}) : {out_tys}", vars(&e.outs), r.name(), r.attrs(), vars(&e.args));
                 push_line(out, depth, &line);
             }
-            Op::Loop {
-                lo,
-                hi,
-                n_consts,
-                body,
-            } => {
-                let consts = if *n_consts > 0 {
-                    format!(", consts={n_consts}")
-                } else {
-                    String::new()
-                };
-                let lhs = if e.outs.is_empty() {
-                    String::new()
-                } else {
-                    format!("{} = ", vars(&e.outs))
-                };
-                push_line(
-                    out,
-                    depth,
-                    &format!("{lhs}loop[{lo}..{hi}{consts}]({}) {{", vars(&e.args)),
-                );
+            Op::Loop { lo, hi, n_consts, body } => {
+                let consts = if *n_consts > 0 { format!(", consts={n_consts}") } else { String::new() };
+                let lhs = if e.outs.is_empty() { String::new() } else { format!("{} = ", vars(&e.outs)) };
+                push_line(out, depth, &format!("{lhs}loop[{lo}..{hi}{consts}]({}) {{", vars(&e.args)));
                 let params: Vec<String> = body.params.iter().map(|&p| typed(f, p)).collect();
                 push_line(out, depth + 1, &format!("^({})", params.join(", ")));
                 print_body(f, body, depth + 1, out);

@@ -17,10 +17,7 @@ use crate::array::{ArrayTy, DType};
 
 /// Checks `f`'s invariants; the error names the first violation found.
 pub fn verify(f: &Func) -> Result<(), String> {
-    let mut cx = Verifier {
-        f,
-        defined: vec![false; f.types.len()],
-    };
+    let mut cx = Verifier { f, defined: vec![false; f.types.len()] };
     cx.graph(&f.graph, &format!("func @{}", f.name))
 }
 
@@ -58,10 +55,7 @@ impl Verifier<'_> {
         if scope.contains(&v) {
             Ok(())
         } else {
-            Err(format!(
-                "{what} uses %{}, which is not defined before it in this graph",
-                v.0
-            ))
+            Err(format!("{what} uses %{}, which is not defined before it in this graph", v.0))
         }
     }
 
@@ -81,9 +75,7 @@ impl Verifier<'_> {
             match &e.op {
                 Op::Prim(p) => {
                     let r = p.rules();
-                    let inferred = r
-                        .infer(&arg_tys)
-                        .map_err(|m| format!("{here} ({}): {m}", r.name()))?;
+                    let inferred = r.infer(&arg_tys).map_err(|m| format!("{here} ({}): {m}", r.name()))?;
                     if inferred != out_tys {
                         return Err(format!(
                             "{here} ({}): records result types {} but its rule gives {}",
@@ -93,12 +85,7 @@ impl Verifier<'_> {
                         ));
                     }
                 }
-                Op::Loop {
-                    lo,
-                    hi,
-                    n_consts,
-                    body,
-                } => {
+                Op::Loop { lo, hi, n_consts, body } => {
                     self.check_loop(&here, (*lo, *hi, *n_consts, body), &arg_tys, &out_tys)?;
                     self.graph(body, &format!("{here} (loop body)"))?;
                 }
@@ -124,10 +111,7 @@ impl Verifier<'_> {
             return Err(format!("{here}: loop bounds {lo}..{hi} do not fit in i32"));
         }
         if n_consts > arg_tys.len() {
-            return Err(format!(
-                "{here}: {n_consts} loop constants but only {} arguments",
-                arg_tys.len()
-            ));
+            return Err(format!("{here}: {n_consts} loop constants but only {} arguments", arg_tys.len()));
         }
         let (consts, init) = arg_tys.split_at(n_consts);
         let params = self.tys(&body.params)?;
@@ -140,34 +124,17 @@ impl Verifier<'_> {
             ));
         }
         if params[0] != ArrayTy::scalar(DType::I32) {
-            return Err(format!(
-                "{here}: the loop index has type {}, expected i32",
-                params[0]
-            ));
+            return Err(format!("{here}: the loop index has type {}, expected i32", params[0]));
         }
         let checks = [
-            (
-                "constant parameters",
-                &params[1..=n_consts],
-                consts,
-                "constant arguments",
-            ),
-            (
-                "carry parameters",
-                &params[1 + n_consts..],
-                init,
-                "initial carries",
-            ),
+            ("constant parameters", &params[1..=n_consts], consts, "constant arguments"),
+            ("carry parameters", &params[1 + n_consts..], init, "initial carries"),
             ("body results", &results[..], init, "initial carries"),
             ("loop outputs", out_tys, init, "initial carries"),
         ];
         for (what, got, want, against) in checks {
             if got != want {
-                return Err(format!(
-                    "{here}: {what} {} do not match {against} {}",
-                    show(got),
-                    show(want)
-                ));
+                return Err(format!("{here}: {what} {} do not match {against} {}", show(got), show(want)));
             }
         }
         Ok(())
@@ -235,21 +202,14 @@ mod tests {
         let out = f.graph.eqns[0].outs[0];
         f.types[out.0 as usize] = ArrayTy::new(DType::F32, vec![2, 5]);
         let e = error(&f);
-        assert!(
-            e.contains("records result types (f32[2, 5]) but its rule gives (f32[2, 4])"),
-            "{e}"
-        );
+        assert!(e.contains("records result types (f32[2, 5]) but its rule gives (f32[2, 4])"), "{e}");
     }
 
     #[test]
     fn rejects_a_primitive_its_rule_rejects() {
         let (_, mut f) = fixtures().remove(0);
         f.graph.eqns[0].op = Op::Prim(Prim::Binary(Binary { op: BinaryOp::Add }));
-        assert!(
-            error(&f).contains("(add): add: operands must have the same type"),
-            "{}",
-            error(&f)
-        );
+        assert!(error(&f).contains("(add): add: operands must have the same type"), "{}", error(&f));
     }
 
     /// A loop body that reads an outer value directly instead of through a constant.
@@ -257,80 +217,45 @@ mod tests {
     fn rejects_an_open_loop_body() {
         let (_, mut f) = fixtures().remove(3);
         let outer = f.graph.params[0];
-        let Op::Loop { body, .. } = &mut f.graph.eqns[0].op else {
-            panic!("fixture 3 is a loop")
-        };
+        let Op::Loop { body, .. } = &mut f.graph.eqns[0].op else { panic!("fixture 3 is a loop") };
         body.eqns[2].args[0] = outer;
         let e = error(&f);
-        assert!(
-            e.contains("loop body") && e.contains(&format!("uses %{}", outer.0)),
-            "{e}"
-        );
+        assert!(e.contains("loop body") && e.contains(&format!("uses %{}", outer.0)), "{e}");
     }
 
     #[test]
     fn rejects_inconsistent_loop_types() {
         let (_, f) = fixtures().remove(3);
         let mut wrong_carry = f.clone();
-        let Op::Loop { body, .. } = &mut wrong_carry.graph.eqns[0].op else {
-            panic!("a loop")
-        };
+        let Op::Loop { body, .. } = &mut wrong_carry.graph.eqns[0].op else { panic!("a loop") };
         let i = body.params[0];
         body.results[1] = i;
         body.results.swap(0, 1);
-        assert!(
-            error(&wrong_carry).contains("body results"),
-            "{}",
-            error(&wrong_carry)
-        );
+        assert!(error(&wrong_carry).contains("body results"), "{}", error(&wrong_carry));
 
         let mut wrong_index = f.clone();
-        let Op::Loop { body, .. } = &wrong_index.graph.eqns[0].op else {
-            panic!("a loop")
-        };
+        let Op::Loop { body, .. } = &wrong_index.graph.eqns[0].op else { panic!("a loop") };
         let i = body.params[0];
         wrong_index.types[i.0 as usize] = ArrayTy::scalar(DType::U32);
-        assert!(
-            error(&wrong_index).contains("loop index has type u32"),
-            "{}",
-            error(&wrong_index)
-        );
+        assert!(error(&wrong_index).contains("loop index has type u32"), "{}", error(&wrong_index));
 
         let mut wrong_consts = f.clone();
-        let Op::Loop { n_consts, .. } = &mut wrong_consts.graph.eqns[0].op else {
-            panic!("a loop")
-        };
+        let Op::Loop { n_consts, .. } = &mut wrong_consts.graph.eqns[0].op else { panic!("a loop") };
         *n_consts = 0;
-        assert!(
-            error(&wrong_consts).contains("body results (f32[3], i32) do not match"),
-            "{}",
-            error(&wrong_consts)
-        );
+        assert!(error(&wrong_consts).contains("body results (f32[3], i32) do not match"), "{}", error(&wrong_consts));
 
         let mut huge = f;
-        let Op::Loop { hi, .. } = &mut huge.graph.eqns[0].op else {
-            panic!("a loop")
-        };
+        let Op::Loop { hi, .. } = &mut huge.graph.eqns[0].op else { panic!("a loop") };
         *hi = 1 << 40;
-        assert!(
-            error(&huge).contains("do not fit in i32"),
-            "{}",
-            error(&huge)
-        );
+        assert!(error(&huge).contains("do not fit in i32"), "{}", error(&huge));
     }
 
     #[test]
     fn constants_need_no_arguments() {
         let (_, mut f) = fixtures().remove(0);
         let x = f.graph.params[0];
-        f.graph.eqns[0].op = Op::Prim(Prim::Constant(Constant {
-            value: Array::f32(vec![2, 4], vec![0.0; 8]),
-        }));
+        f.graph.eqns[0].op = Op::Prim(Prim::Constant(Constant { value: Array::f32(vec![2, 4], vec![0.0; 8]) }));
         f.graph.eqns[0].args = vec![x, x];
-        assert!(
-            error(&f).contains("constant takes 0 argument(s), got 2"),
-            "{}",
-            error(&f)
-        );
+        assert!(error(&f).contains("constant takes 0 argument(s), got 2"), "{}", error(&f));
     }
 }

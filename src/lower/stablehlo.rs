@@ -85,20 +85,9 @@ impl LowerCx {
 
     /// Emits `%r = "op"(args) <{attrs}> : (arg types) -> out` and returns `%r`. `attrs`
     /// is the inside of the property dictionary, empty for none.
-    pub fn op(
-        &mut self,
-        op: &str,
-        args: &[String],
-        attrs: &str,
-        arg_tys: &[ArrayTy],
-        out: &ArrayTy,
-    ) -> String {
+    pub fn op(&mut self, op: &str, args: &[String], attrs: &str, arg_tys: &[ArrayTy], out: &ArrayTy) -> String {
         let r = self.fresh();
-        let props = if attrs.is_empty() {
-            String::new()
-        } else {
-            format!(" <{{{attrs}}}>")
-        };
+        let props = if attrs.is_empty() { String::new() } else { format!(" <{{{attrs}}}>") };
         self.line(&format!(
             "{r} = \"{op}\"({}){props} : {}",
             args.join(", "),
@@ -119,22 +108,12 @@ impl LowerCx {
     }
 
     fn constant_text(&mut self, dense: &str, ty: &ArrayTy) -> String {
-        self.op(
-            "stablehlo.constant",
-            &[],
-            &format!("value = {dense} : {}", tensor_type(ty)),
-            &[],
-            ty,
-        )
+        self.op("stablehlo.constant", &[], &format!("value = {dense} : {}", tensor_type(ty)), &[], ty)
     }
 
     /// Emits `"stablehlo.return"(values)`, the terminator of a region.
     pub fn ret(&mut self, values: &[String], tys: &[ArrayTy]) {
-        self.line(&format!(
-            "\"stablehlo.return\"({}) : {}",
-            values.join(", "),
-            fn_type(tys, &[])
-        ));
+        self.line(&format!("\"stablehlo.return\"({}) : {}", values.join(", "), fn_type(tys, &[])));
     }
 }
 
@@ -164,11 +143,7 @@ pub fn tensor_type(ty: &ArrayTy) -> String {
 pub fn fn_type(args: &[ArrayTy], outs: &[ArrayTy]) -> String {
     let args: Vec<String> = args.iter().map(tensor_type).collect();
     let outs: Vec<String> = outs.iter().map(tensor_type).collect();
-    let outs = if outs.len() == 1 {
-        outs[0].clone()
-    } else {
-        format!("({})", outs.join(", "))
-    };
+    let outs = if outs.len() == 1 { outs[0].clone() } else { format!("({})", outs.join(", ")) };
     format!("({}) -> {outs}", args.join(", "))
 }
 
@@ -204,9 +179,7 @@ pub fn dense(a: &Array) -> String {
             None => elems[0].clone(),
             Some((&n, rest)) => {
                 let chunk: usize = rest.iter().product();
-                let items: Vec<String> = (0..n)
-                    .map(|i| nest(&elems[i * chunk..(i + 1) * chunk], rest))
-                    .collect();
+                let items: Vec<String> = (0..n).map(|i| nest(&elems[i * chunk..(i + 1) * chunk], rest)).collect();
                 format!("[{}]", items.join(", "))
             }
         }
@@ -231,20 +204,12 @@ pub fn lower_module(f: &Func, num_replicas: usize) -> String {
         env.insert(p, name);
     }
     let results: Vec<String> = f.result_types().iter().map(tensor_type).collect();
-    cx.open(&format!(
-        "func.func public @main({}) -> ({}) {{",
-        params.join(", "),
-        results.join(", ")
-    ));
+    cx.open(&format!("func.func public @main({}) -> ({}) {{", params.join(", "), results.join(", ")));
     let outs = lower_graph(&mut cx, f, &f.graph, &mut env);
     if outs.is_empty() {
         cx.line("return");
     } else {
-        cx.line(&format!(
-            "return {} : {}",
-            outs.join(", "),
-            results.join(", ")
-        ));
+        cx.line(&format!("return {} : {}", outs.join(", "), results.join(", ")));
     }
     cx.close("}");
     cx.close("}");
@@ -253,32 +218,16 @@ pub fn lower_module(f: &Func, num_replicas: usize) -> String {
 
 /// `name` as an MLIR symbol: bare when it is an identifier, quoted otherwise.
 fn symbol(name: &str) -> String {
-    let bare = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '$');
-    if bare {
-        name.to_string()
-    } else {
-        format!("{name:?}")
-    }
+    let bare = name.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '$');
+    if bare { name.to_string() } else { format!("{name:?}") }
 }
 
 /// Lowers the equations of `g`, whose parameters are already bound in `env`, and
 /// returns the names of its results.
-fn lower_graph(
-    cx: &mut LowerCx,
-    f: &Func,
-    g: &Graph,
-    env: &mut HashMap<Var, String>,
-) -> Vec<String> {
+fn lower_graph(cx: &mut LowerCx, f: &Func, g: &Graph, env: &mut HashMap<Var, String>) -> Vec<String> {
     let name = |env: &HashMap<Var, String>, v: &Var| -> String {
-        env.get(v)
-            .unwrap_or_else(|| panic!("lowering: %{} used before definition", v.0))
-            .clone()
+        env.get(v).unwrap_or_else(|| panic!("lowering: %{} used before definition", v.0)).clone()
     };
     for e in &g.eqns {
         let args: Vec<String> = e.args.iter().map(|v| name(env, v)).collect();
@@ -286,12 +235,7 @@ fn lower_graph(
         let out_tys: Vec<ArrayTy> = e.outs.iter().map(|&v| f.ty(v).clone()).collect();
         let outs = match &e.op {
             Op::Prim(p) => p.rules().lower(cx, &args, &arg_tys, &out_tys),
-            Op::Loop {
-                lo,
-                hi,
-                n_consts,
-                body,
-            } => lower_loop(cx, f, (*lo, *hi, *n_consts, body), &args, &arg_tys, env),
+            Op::Loop { lo, hi, n_consts, body } => lower_loop(cx, f, (*lo, *hi, *n_consts, body), &args, &arg_tys, env),
         };
         debug_assert_eq!(outs.len(), e.outs.len());
         for (&v, n) in e.outs.iter().zip(outs) {
@@ -320,15 +264,8 @@ fn lower_loop(
 
     let w = cx.fresh();
     let k = tys.len();
-    let lhs = if k == 1 {
-        w.clone()
-    } else {
-        format!("{w}:{k}")
-    };
-    cx.open(&format!(
-        "{lhs} = \"stablehlo.while\"({}) ({{",
-        operands.join(", ")
-    ));
+    let lhs = if k == 1 { w.clone() } else { format!("{w}:{k}") };
+    cx.open(&format!("{lhs} = \"stablehlo.while\"({}) ({{", operands.join(", ")));
 
     // cond: i < hi
     let cond_params: Vec<String> = tys.iter().map(|_| cx.fresh()).collect();
@@ -355,13 +292,7 @@ fn lower_loop(
     }
     let next = lower_graph(cx, f, body, env);
     let one = cx.constant(&Array::i32(vec![], vec![1]));
-    let i_next = cx.op(
-        "stablehlo.add",
-        &[body_params[0].clone(), one],
-        "",
-        &[i32_ty.clone(), i32_ty.clone()],
-        &i32_ty,
-    );
+    let i_next = cx.op("stablehlo.add", &[body_params[0].clone(), one], "", &[i32_ty.clone(), i32_ty.clone()], &i32_ty);
     let mut yields = vec![i_next];
     yields.extend_from_slice(&body_params[1..=n_consts]);
     yields.extend(next);
@@ -374,11 +305,7 @@ fn lower_loop(
 /// `^bb0(%a: tensor<..>, ...):`, the entry block of a region. Block labels are local to
 /// their region, so every region can use `^bb0`.
 fn block_header(params: &[String], tys: &[ArrayTy]) -> String {
-    let ps: Vec<String> = params
-        .iter()
-        .zip(tys)
-        .map(|(p, t)| format!("{p}: {}", tensor_type(t)))
-        .collect();
+    let ps: Vec<String> = params.iter().zip(tys).map(|(p, t)| format!("{p}: {}", tensor_type(t))).collect();
     format!("^bb0({}):", ps.join(", "))
 }
 

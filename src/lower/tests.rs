@@ -22,10 +22,7 @@ pub(crate) struct Fb {
 
 impl Fb {
     pub(crate) fn new() -> Fb {
-        Fb {
-            types: vec![],
-            frames: vec![vec![]],
-        }
+        Fb { types: vec![], frames: vec![vec![]] }
     }
 
     pub(crate) fn fresh(&mut self, ty: ArrayTy) -> Var {
@@ -35,20 +32,10 @@ impl Fb {
 
     /// Appends `prim(args)`, typed by the primitive's own rule.
     pub(crate) fn prim(&mut self, prim: Prim, args: &[Var]) -> Var {
-        let tys: Vec<ArrayTy> = args
-            .iter()
-            .map(|v| self.types[v.0 as usize].clone())
-            .collect();
-        let outs = prim
-            .rules()
-            .infer(&tys)
-            .unwrap_or_else(|e| panic!("fixture does not type: {e}"));
+        let tys: Vec<ArrayTy> = args.iter().map(|v| self.types[v.0 as usize].clone()).collect();
+        let outs = prim.rules().infer(&tys).unwrap_or_else(|e| panic!("fixture does not type: {e}"));
         let outs: Vec<Var> = outs.into_iter().map(|t| self.fresh(t)).collect();
-        self.push(Eqn {
-            outs: outs.clone(),
-            op: Op::Prim(prim),
-            args: args.to_vec(),
-        });
+        self.push(Eqn { outs: outs.clone(), op: Op::Prim(prim), args: args.to_vec() });
         outs[0]
     }
 
@@ -71,39 +58,15 @@ impl Fb {
         args: &[Var],
     ) -> Vec<Var> {
         let eqns = self.frames.pop().expect("a loop frame");
-        let outs: Vec<Var> = yields
-            .iter()
-            .map(|v| self.fresh(self.types[v.0 as usize].clone()))
-            .collect();
-        let body = Graph {
-            params,
-            eqns,
-            results: yields,
-        };
-        self.push(Eqn {
-            outs: outs.clone(),
-            op: Op::Loop {
-                lo,
-                hi,
-                n_consts,
-                body,
-            },
-            args: args.to_vec(),
-        });
+        let outs: Vec<Var> = yields.iter().map(|v| self.fresh(self.types[v.0 as usize].clone())).collect();
+        let body = Graph { params, eqns, results: yields };
+        self.push(Eqn { outs: outs.clone(), op: Op::Loop { lo, hi, n_consts, body }, args: args.to_vec() });
         outs
     }
 
     pub(crate) fn finish(mut self, name: &str, params: Vec<Var>, results: Vec<Var>) -> Func {
         let eqns = self.frames.pop().expect("the top frame");
-        Func {
-            name: name.to_string(),
-            graph: Graph {
-                params,
-                eqns,
-                results,
-            },
-            types: self.types,
-        }
+        Func { name: name.to_string(), graph: Graph { params, eqns, results }, types: self.types }
     }
 }
 
@@ -125,21 +88,10 @@ fn dense_layer() -> Func {
     let x = b.fresh(f32t(&[2, 3]));
     let w = b.fresh(f32t(&[3, 4]));
     let y = b.prim(
-        Prim::Dot(Dot {
-            lhs_batch: vec![],
-            rhs_batch: vec![],
-            lhs_contract: vec![1],
-            rhs_contract: vec![0],
-        }),
+        Prim::Dot(Dot { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: vec![1], rhs_contract: vec![0] }),
         &[x, w],
     );
-    let s = b.prim(
-        Prim::Reduce(Reduce {
-            op: ReduceOp::Sum,
-            axes: vec![1],
-        }),
-        &[y],
-    );
+    let s = b.prim(Prim::Reduce(Reduce { op: ReduceOp::Sum, axes: vec![1] }), &[y]);
     let m = b.prim(Prim::Argmax(Argmax { axis: 1 }), &[y]);
     b.finish("dense_layer", vec![x, w], vec![s, m])
 }
@@ -149,38 +101,16 @@ fn elementwise() -> Func {
     let mut b = Fb::new();
     let x = b.fresh(f32t(&[3]));
     let n = b.fresh(ArrayTy::new(DType::I32, vec![3]));
-    let half = b.prim(
-        Prim::Constant(Constant {
-            value: Array::f32(vec![], vec![0.5]),
-        }),
-        &[],
-    );
-    let half3 = b.prim(
-        Prim::Broadcast(Broadcast {
-            shape: vec![3],
-            dims: vec![],
-        }),
-        &[half],
-    );
+    let half = b.prim(Prim::Constant(Constant { value: Array::f32(vec![], vec![0.5]) }), &[]);
+    let half3 = b.prim(Prim::Broadcast(Broadcast { shape: vec![3], dims: vec![] }), &[half]);
     let e = b.prim(Prim::Unary(Unary { op: UnaryOp::Exp }), &[x]);
     let m = b.prim(bin(BinaryOp::Max), &[e, half3]);
     let nf = b.prim(Prim::Convert(Convert { to: DType::F32 }), &[n]);
     let lt = b.prim(Prim::Compare(Compare { op: CmpOp::Lt }), &[nf, m]);
     let sel = b.prim(Prim::Select(Select), &[lt, nf, m]);
-    let k = b.prim(
-        Prim::Iota(Iota {
-            ty: ArrayTy::new(DType::I32, vec![3]),
-            dim: 0,
-        }),
-        &[],
-    );
+    let k = b.prim(Prim::Iota(Iota { ty: ArrayTy::new(DType::I32, vec![3]), dim: 0 }), &[]);
     let sh = b.prim(bin(BinaryOp::ShiftLeft), &[n, k]);
-    let nan = b.prim(
-        Prim::Constant(Constant {
-            value: Array::f32(vec![2], vec![f32::NAN, -0.0]),
-        }),
-        &[],
-    );
+    let nan = b.prim(Prim::Constant(Constant { value: Array::f32(vec![2], vec![f32::NAN, -0.0]) }), &[]);
     b.finish("elementwise", vec![x, n], vec![sel, sh, nan])
 }
 
@@ -191,21 +121,9 @@ fn dynamic_indexing() -> Func {
     let upd = b.fresh(f32t(&[2, 2]));
     let r = b.fresh(i32s());
     let c = b.fresh(i32s());
-    let g2 = b.prim(
-        Prim::DynamicUpdateSlice(DynamicUpdateSlice),
-        &[grid, upd, r, c],
-    );
-    let win = b.prim(
-        Prim::DynamicSlice(DynamicSlice { sizes: vec![2, 2] }),
-        &[g2, c, r],
-    );
-    let row = b.prim(
-        Prim::Slice(Slice {
-            start: vec![1, 0],
-            limit: vec![2, 4],
-        }),
-        &[g2],
-    );
+    let g2 = b.prim(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &[grid, upd, r, c]);
+    let win = b.prim(Prim::DynamicSlice(DynamicSlice { sizes: vec![2, 2] }), &[g2, c, r]);
+    let row = b.prim(Prim::Slice(Slice { start: vec![1, 0], limit: vec![2, 4] }), &[g2]);
     let t = b.prim(Prim::Transpose(Transpose { perm: vec![1, 0] }), &[win]);
     let flat = b.prim(Prim::Reshape(Reshape { shape: vec![4] }), &[t]);
     let row = b.prim(Prim::Reshape(Reshape { shape: vec![4] }), &[row]);
@@ -225,28 +143,12 @@ fn loop_with_consts() -> Func {
     let acc = b.fresh(f32t(&[3]));
     let n = b.fresh(i32s());
     let fi = b.prim(Prim::Convert(Convert { to: DType::F32 }), &[i]);
-    let fi3 = b.prim(
-        Prim::Broadcast(Broadcast {
-            shape: vec![3],
-            dims: vec![],
-        }),
-        &[fi],
-    );
+    let fi3 = b.prim(Prim::Broadcast(Broadcast { shape: vec![3], dims: vec![] }), &[fi]);
     let t = b.prim(bin(BinaryOp::Mul), &[xc, fi3]);
     let acc2 = b.prim(bin(BinaryOp::Add), &[acc, t]);
-    let one = b.prim(
-        Prim::Constant(Constant {
-            value: Array::i32(vec![], vec![1]),
-        }),
-        &[],
-    );
+    let one = b.prim(Prim::Constant(Constant { value: Array::i32(vec![], vec![1]) }), &[]);
     let n2 = b.prim(bin(BinaryOp::Add), &[n, one]);
-    let outs = b.end_loop(
-        (2, 12, 1),
-        vec![i, xc, acc, n],
-        vec![acc2, n2],
-        &[x, acc0, n0],
-    );
+    let outs = b.end_loop((2, 12, 1), vec![i, xc, acc, n], vec![acc2, n2], &[x, acc0, n0]);
     b.finish("loop_with_consts", vec![x, acc0, n0], outs)
 }
 
@@ -261,12 +163,7 @@ fn nested_loops() -> Func {
     let j = b.fresh(i32s());
     let ic = b.fresh(i32s());
     let s_in = b.fresh(i32s());
-    let two = b.prim(
-        Prim::Constant(Constant {
-            value: Array::i32(vec![], vec![2]),
-        }),
-        &[],
-    );
+    let two = b.prim(Prim::Constant(Constant { value: Array::i32(vec![], vec![2]) }), &[]);
     let s2 = b.prim(bin(BinaryOp::Mul), &[s_in, two]);
     let d = b.prim(bin(BinaryOp::Sub), &[ic, j]);
     let s3 = b.prim(bin(BinaryOp::Add), &[s2, d]);
@@ -314,7 +211,10 @@ fn stablehlo_snapshots() {
 #[test]
 fn module_attributes_carry_the_replica_count() {
     let text = lower_module(&nested_loops(), 4);
-    assert!(text.contains("module @nested_loops attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 4 : i32}"), "{text}");
+    assert!(
+        text.contains("module @nested_loops attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 4 : i32}"),
+        "{text}"
+    );
     assert!(text.contains("func.func public @main("), "{text}");
 }
 
@@ -331,13 +231,7 @@ fn loops_evaluate() {
     let acc = Array::f32(vec![3], vec![0.0, 1.0, 2.0]);
     let out = eval_func(&loop_with_consts(), &[x, acc, Array::i32(vec![], vec![0])]);
     // acc + x * (2 + 3 + ... + 11) = acc + 65 x
-    assert_eq!(
-        out,
-        [
-            Array::f32(vec![3], vec![32.5, -80.25, 132.0]),
-            Array::i32(vec![], vec![10])
-        ]
-    );
+    assert_eq!(out, [Array::f32(vec![3], vec![32.5, -80.25, 132.0]), Array::i32(vec![], vec![10])]);
     // s = 1, then for each i four steps of s = 2 s + (i - j)
     let mut s = 1i32;
     for i in 0..3 {
@@ -345,10 +239,7 @@ fn loops_evaluate() {
             s = 2 * s + (i - j);
         }
     }
-    assert_eq!(
-        eval_func(&nested_loops(), &[Array::i32(vec![], vec![1])]),
-        [Array::i32(vec![], vec![s])]
-    );
+    assert_eq!(eval_func(&nested_loops(), &[Array::i32(vec![], vec![1])]), [Array::i32(vec![], vec![s])]);
 }
 
 #[test]
@@ -358,13 +249,6 @@ fn empty_loops_return_their_initial_carries() {
         (*lo, *hi) = (5, 5);
     }
     let acc = Array::f32(vec![3], vec![0.0, 1.0, 2.0]);
-    let out = eval_func(
-        &f,
-        &[
-            Array::f32(vec![3], vec![9.0; 3]),
-            acc.clone(),
-            Array::i32(vec![], vec![7]),
-        ],
-    );
+    let out = eval_func(&f, &[Array::f32(vec![3], vec![9.0; 3]), acc.clone(), Array::i32(vec![], vec![7])]);
     assert_eq!(out, [acc, Array::i32(vec![], vec![7])]);
 }

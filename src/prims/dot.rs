@@ -26,24 +26,14 @@ pub struct Dot {
 
 /// The dimensions of a rank-`rank` operand that are neither batch nor contracting.
 fn free(rank: usize, batch: &[usize], contract: &[usize]) -> Vec<usize> {
-    (0..rank)
-        .filter(|d| !batch.contains(d) && !contract.contains(d))
-        .collect()
+    (0..rank).filter(|d| !batch.contains(d) && !contract.contains(d)).collect()
 }
 
 impl Dot {
     fn out_shape(&self, l: &[usize], r: &[usize]) -> Vec<usize> {
         let mut shape: Vec<usize> = self.lhs_batch.iter().map(|&d| l[d]).collect();
-        shape.extend(
-            free(l.len(), &self.lhs_batch, &self.lhs_contract)
-                .iter()
-                .map(|&d| l[d]),
-        );
-        shape.extend(
-            free(r.len(), &self.rhs_batch, &self.rhs_contract)
-                .iter()
-                .map(|&d| r[d]),
-        );
+        shape.extend(free(l.len(), &self.lhs_batch, &self.lhs_contract).iter().map(|&d| l[d]));
+        shape.extend(free(r.len(), &self.rhs_batch, &self.rhs_contract).iter().map(|&d| r[d]));
         shape
     }
 }
@@ -73,26 +63,11 @@ impl Rules for Dot {
         if !matches!(l.dtype, DType::F32 | DType::I32 | DType::U32) {
             return Err(format!("dot_general is not defined on {}", l.dtype));
         }
-        if self.lhs_batch.len() != self.rhs_batch.len()
-            || self.lhs_contract.len() != self.rhs_contract.len()
-        {
-            return Err(
-                "dot_general: lhs and rhs must name as many batch and contracting dimensions"
-                    .to_string(),
-            );
+        if self.lhs_batch.len() != self.rhs_batch.len() || self.lhs_contract.len() != self.rhs_contract.len() {
+            return Err("dot_general: lhs and rhs must name as many batch and contracting dimensions".to_string());
         }
-        let lhs_dims: Vec<usize> = self
-            .lhs_batch
-            .iter()
-            .chain(&self.lhs_contract)
-            .copied()
-            .collect();
-        let rhs_dims: Vec<usize> = self
-            .rhs_batch
-            .iter()
-            .chain(&self.rhs_contract)
-            .copied()
-            .collect();
+        let lhs_dims: Vec<usize> = self.lhs_batch.iter().chain(&self.lhs_contract).copied().collect();
+        let rhs_dims: Vec<usize> = self.rhs_batch.iter().chain(&self.rhs_contract).copied().collect();
         check_axes("dot_general", "lhs dimension", &lhs_dims, l.rank())?;
         check_axes("dot_general", "rhs dimension", &rhs_dims, r.rank())?;
         for (&a, &b) in lhs_dims.iter().zip(&rhs_dims) {
@@ -102,10 +77,7 @@ impl Rules for Dot {
                 ));
             }
         }
-        Ok(vec![ArrayTy::new(
-            l.dtype,
-            self.out_shape(&l.shape, &r.shape),
-        )])
+        Ok(vec![ArrayTy::new(l.dtype, self.out_shape(&l.shape, &r.shape))])
     }
 
     fn eval(&self, args: &[&Array]) -> Vec<Array> {
@@ -117,16 +89,8 @@ impl Rules for Dot {
         let contract_shape: Vec<usize> = self.lhs_contract.iter().map(|&d| l.shape[d]).collect();
         let steps: Vec<(usize, usize)> = indices(&contract_shape)
             .map(|k| {
-                let lo: usize = k
-                    .iter()
-                    .zip(&self.lhs_contract)
-                    .map(|(i, &d)| i * ls[d])
-                    .sum();
-                let ro: usize = k
-                    .iter()
-                    .zip(&self.rhs_contract)
-                    .map(|(i, &d)| i * rs[d])
-                    .sum();
+                let lo: usize = k.iter().zip(&self.lhs_contract).map(|(i, &d)| i * ls[d]).sum();
+                let ro: usize = k.iter().zip(&self.rhs_contract).map(|(i, &d)| i * rs[d]).sum();
                 (lo, ro)
             })
             .collect();
@@ -155,25 +119,19 @@ impl Rules for Dot {
         ) -> Vec<T> {
             bases
                 .iter()
-                .map(|&(lb, rb)| {
-                    steps
-                        .iter()
-                        .fold(zero, |acc, &(lo, ro)| mul_add(acc, a[lb + lo], b[rb + ro]))
-                })
+                .map(|&(lb, rb)| steps.iter().fold(zero, |acc, &(lo, ro)| mul_add(acc, a[lb + lo], b[rb + ro])))
                 .collect()
         }
         let data = match (&l.data, &r.data) {
             (Data::F32(a), Data::F32(b)) => {
-                Data::F32(go(a, b, &bases, &steps, 0.0, |acc, x, y| {
-                    flush(acc + flush(flush(x) * flush(y)))
-                }))
+                Data::F32(go(a, b, &bases, &steps, 0.0, |acc, x, y| flush(acc + flush(flush(x) * flush(y)))))
             }
-            (Data::I32(a), Data::I32(b)) => Data::I32(go(a, b, &bases, &steps, 0, |acc, x, y| {
-                acc.wrapping_add(x.wrapping_mul(y))
-            })),
-            (Data::U32(a), Data::U32(b)) => Data::U32(go(a, b, &bases, &steps, 0, |acc, x, y| {
-                acc.wrapping_add(x.wrapping_mul(y))
-            })),
+            (Data::I32(a), Data::I32(b)) => {
+                Data::I32(go(a, b, &bases, &steps, 0, |acc, x, y| acc.wrapping_add(x.wrapping_mul(y))))
+            }
+            (Data::U32(a), Data::U32(b)) => {
+                Data::U32(go(a, b, &bases, &steps, 0, |acc, x, y| acc.wrapping_add(x.wrapping_mul(y))))
+            }
             (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_), _) => {
                 panic!("dot_general: unsupported operand dtypes")
             }
@@ -181,13 +139,7 @@ impl Rules for Dot {
         vec![Array::new(shape, data)]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         // Empty dimension lists are left out, as MLIR prints them.
         let fields = [
             ("lhs_batching_dimensions", &self.lhs_batch),
@@ -195,15 +147,9 @@ impl Rules for Dot {
             ("lhs_contracting_dimensions", &self.lhs_contract),
             ("rhs_contracting_dimensions", &self.rhs_contract),
         ];
-        let fields: Vec<String> = fields
-            .iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| format!("{k} = {}", list(v)))
-            .collect();
-        let attrs = format!(
-            "dot_dimension_numbers = #stablehlo.dot<{}>",
-            fields.join(", ")
-        );
+        let fields: Vec<String> =
+            fields.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k} = {}", list(v))).collect();
+        let attrs = format!("dot_dimension_numbers = #stablehlo.dot<{}>", fields.join(", "));
         vec![cx.op("stablehlo.dot_general", args, &attrs, arg_tys, &outs[0])]
     }
 }

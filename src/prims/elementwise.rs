@@ -154,11 +154,7 @@ impl<F, I, U, B> Fns<F, I, U, B> {
     /// The dtypes the operator accepts, for error messages.
     fn accepted(&self) -> String {
         let all = [DType::F32, DType::I32, DType::U32, DType::Bool];
-        let names: Vec<&str> = all
-            .iter()
-            .filter(|&&d| self.supports(d))
-            .map(|d| d.name())
-            .collect();
+        let names: Vec<&str> = all.iter().filter(|&&d| self.supports(d)).map(|d| d.name()).collect();
         names.join(", ")
     }
 }
@@ -175,21 +171,11 @@ pub(super) struct Row<F, I, U, B> {
 
 type UnaryRow = Row<fn(f32) -> f32, fn(i32) -> i32, fn(u32) -> u32, fn(bool) -> bool>;
 /// A binary operator's row; reductions reuse these as their combiners.
-pub(super) type BinaryRow =
-    Row<fn(f32, f32) -> f32, fn(i32, i32) -> i32, fn(u32, u32) -> u32, fn(bool, bool) -> bool>;
+pub(super) type BinaryRow = Row<fn(f32, f32) -> f32, fn(i32, i32) -> i32, fn(u32, u32) -> u32, fn(bool, bool) -> bool>;
 
 /// A unary row defined on f32 only (the transcendental functions).
 fn float_unop(name: &'static str, hlo: &'static str, f: fn(f32) -> f32) -> UnaryRow {
-    Row {
-        name,
-        hlo,
-        fns: Fns {
-            f32: Some(f),
-            i32: None,
-            u32: None,
-            bool: None,
-        },
-    }
+    Row { name, hlo, fns: Fns { f32: Some(f), i32: None, u32: None, bool: None } }
 }
 
 impl UnaryOp {
@@ -198,32 +184,17 @@ impl UnaryOp {
             UnaryOp::Neg => Row {
                 name: "neg",
                 hlo: "stablehlo.negate",
-                fns: Fns {
-                    f32: Some(|x| -x),
-                    i32: Some(i32::wrapping_neg),
-                    u32: Some(u32::wrapping_neg),
-                    bool: None,
-                },
+                fns: Fns { f32: Some(|x| -x), i32: Some(i32::wrapping_neg), u32: Some(u32::wrapping_neg), bool: None },
             },
             UnaryOp::Not => Row {
                 name: "not",
                 hlo: "stablehlo.not",
-                fns: Fns {
-                    f32: None,
-                    i32: Some(|x| !x),
-                    u32: Some(|x| !x),
-                    bool: Some(|x| !x),
-                },
+                fns: Fns { f32: None, i32: Some(|x| !x), u32: Some(|x| !x), bool: Some(|x| !x) },
             },
             UnaryOp::Abs => Row {
                 name: "abs",
                 hlo: "stablehlo.abs",
-                fns: Fns {
-                    f32: Some(f32::abs),
-                    i32: Some(i32::wrapping_abs),
-                    u32: None,
-                    bool: None,
-                },
+                fns: Fns { f32: Some(f32::abs), i32: Some(i32::wrapping_abs), u32: None, bool: None },
             },
             UnaryOp::Exp => float_unop("exp", "stablehlo.exponential", |x| flush(flush(x).exp())),
             // For a few array lengths XLA's log takes a code path that reads subnormals
@@ -247,16 +218,7 @@ fn arith(
     i: fn(i32, i32) -> i32,
     u: fn(u32, u32) -> u32,
 ) -> BinaryRow {
-    Row {
-        name,
-        hlo,
-        fns: Fns {
-            f32: Some(f),
-            i32: Some(i),
-            u32: Some(u),
-            bool: None,
-        },
-    }
+    Row { name, hlo, fns: Fns { f32: Some(f), i32: Some(i), u32: Some(u), bool: None } }
 }
 
 /// A binary row on bool and the integers.
@@ -267,48 +229,21 @@ fn bitwise(
     u: fn(u32, u32) -> u32,
     b: fn(bool, bool) -> bool,
 ) -> BinaryRow {
-    Row {
-        name,
-        hlo,
-        fns: Fns {
-            f32: None,
-            i32: Some(i),
-            u32: Some(u),
-            bool: Some(b),
-        },
-    }
+    Row { name, hlo, fns: Fns { f32: None, i32: Some(i), u32: Some(u), bool: Some(b) } }
 }
 
 /// A binary row on the integers only (shifts).
-fn shift(
-    name: &'static str,
-    hlo: &'static str,
-    i: fn(i32, i32) -> i32,
-    u: fn(u32, u32) -> u32,
-) -> BinaryRow {
-    Row {
-        name,
-        hlo,
-        fns: Fns {
-            f32: None,
-            i32: Some(i),
-            u32: Some(u),
-            bool: None,
-        },
-    }
+fn shift(name: &'static str, hlo: &'static str, i: fn(i32, i32) -> i32, u: fn(u32, u32) -> u32) -> BinaryRow {
+    Row { name, hlo, fns: Fns { f32: None, i32: Some(i), u32: Some(u), bool: None } }
 }
 
 impl BinaryOp {
     /// The operator's row of the table.
     pub(super) fn rule(self) -> BinaryRow {
         match self {
-            BinaryOp::Add => arith(
-                "add",
-                "stablehlo.add",
-                |a, b| flush(flush(a) + flush(b)),
-                i32::wrapping_add,
-                u32::wrapping_add,
-            ),
+            BinaryOp::Add => {
+                arith("add", "stablehlo.add", |a, b| flush(flush(a) + flush(b)), i32::wrapping_add, u32::wrapping_add)
+            }
             BinaryOp::Sub => arith(
                 "sub",
                 "stablehlo.subtract",
@@ -323,79 +258,31 @@ impl BinaryOp {
                 i32::wrapping_mul,
                 u32::wrapping_mul,
             ),
-            BinaryOp::Div => arith(
-                "div",
-                "stablehlo.divide",
-                |a, b| flush(flush(a) / flush(b)),
-                div_i32,
-                div_u32,
-            ),
+            BinaryOp::Div => arith("div", "stablehlo.divide", |a, b| flush(flush(a) / flush(b)), div_i32, div_u32),
             // XLA's fmod flushes the divisor only, and may return a subnormal.
-            BinaryOp::Rem => arith(
-                "rem",
-                "stablehlo.remainder",
-                |a, b| a % flush(b),
-                rem_i32,
-                rem_u32,
-            ),
+            BinaryOp::Rem => arith("rem", "stablehlo.remainder", |a, b| a % flush(b), rem_i32, rem_u32),
             BinaryOp::Pow => Row {
                 name: "pow",
                 hlo: "stablehlo.power",
                 // XLA's pow reads subnormal operands exactly; only its result is flushed.
-                fns: Fns {
-                    f32: Some(|a, b| flush(a.powf(b))),
-                    i32: None,
-                    u32: None,
-                    bool: None,
-                },
+                fns: Fns { f32: Some(|a, b| flush(a.powf(b))), i32: None, u32: None, bool: None },
             },
             BinaryOp::Max => Row {
                 name: "max",
                 hlo: "stablehlo.maximum",
-                fns: Fns {
-                    f32: Some(max_f32),
-                    i32: Some(Ord::max),
-                    u32: Some(Ord::max),
-                    bool: Some(|a, b| a | b),
-                },
+                fns: Fns { f32: Some(max_f32), i32: Some(Ord::max), u32: Some(Ord::max), bool: Some(|a, b| a | b) },
             },
             BinaryOp::Min => Row {
                 name: "min",
                 hlo: "stablehlo.minimum",
-                fns: Fns {
-                    f32: Some(min_f32),
-                    i32: Some(Ord::min),
-                    u32: Some(Ord::min),
-                    bool: Some(|a, b| a & b),
-                },
+                fns: Fns { f32: Some(min_f32), i32: Some(Ord::min), u32: Some(Ord::min), bool: Some(|a, b| a & b) },
             },
-            BinaryOp::And => bitwise(
-                "and",
-                "stablehlo.and",
-                |a, b| a & b,
-                |a, b| a & b,
-                |a, b| a & b,
-            ),
-            BinaryOp::Or => bitwise(
-                "or",
-                "stablehlo.or",
-                |a, b| a | b,
-                |a, b| a | b,
-                |a, b| a | b,
-            ),
-            BinaryOp::Xor => bitwise(
-                "xor",
-                "stablehlo.xor",
-                |a, b| a ^ b,
-                |a, b| a ^ b,
-                |a, b| a ^ b,
-            ),
-            BinaryOp::ShiftLeft => shift(
-                "shift_left",
-                "stablehlo.shift_left",
-                |a, b| shl_u32(a as u32, b as u32) as i32,
-                shl_u32,
-            ),
+            BinaryOp::And => bitwise("and", "stablehlo.and", |a, b| a & b, |a, b| a & b, |a, b| a & b),
+            BinaryOp::Or => bitwise("or", "stablehlo.or", |a, b| a | b, |a, b| a | b, |a, b| a | b),
+            BinaryOp::Xor => bitwise("xor", "stablehlo.xor", |a, b| a ^ b, |a, b| a ^ b, |a, b| a ^ b),
+            BinaryOp::ShiftLeft => {
+                shift("shift_left", "stablehlo.shift_left", |a, b| shl_u32(a as u32, b as u32) as i32, shl_u32)
+            }
             BinaryOp::ShiftRightLogical => shift(
                 "shift_right_logical",
                 "stablehlo.shift_right_logical",
@@ -436,31 +323,19 @@ fn shr_u32(a: u32, b: u32) -> u32 {
 /// operations (neg, abs), moves (select, layout) and a few library routines (noted at
 /// their rows) do not flush.
 pub(super) fn flush(x: f32) -> f32 {
-    if x.is_subnormal() {
-        0.0f32.copysign(x)
-    } else {
-        x
-    }
+    if x.is_subnormal() { 0.0f32.copysign(x) } else { x }
 }
 
 /// NaN-propagating maximum, as lowered: `a` when `a >= b` or `a` is NaN, else `b`. So
 /// equal operands give the first (`max(-0, +0)` is `-0`), and the comparison flushes
 /// subnormals while the result is an operand, unflushed.
 fn max_f32(a: f32, b: f32) -> f32 {
-    if a.is_nan() || flush(a) >= flush(b) {
-        a
-    } else {
-        b
-    }
+    if a.is_nan() || flush(a) >= flush(b) { a } else { b }
 }
 
 /// NaN-propagating minimum, the mirror of [`max_f32`].
 fn min_f32(a: f32, b: f32) -> f32 {
-    if a.is_nan() || flush(a) <= flush(b) {
-        a
-    } else {
-        b
-    }
+    if a.is_nan() || flush(a) <= flush(b) { a } else { b }
 }
 
 /// Applies a unary row to an array; the dtype is known to be supported.
@@ -498,26 +373,14 @@ fn map2(row: &BinaryRow, x: &Array, y: &Array) -> Array {
 
 /// The type rule shared by every elementwise operator: `arity` arguments of one type,
 /// whose dtype the operator supports.
-fn same_type<F, I, U, B>(
-    row: &Row<F, I, U, B>,
-    args: &[ArrayTy],
-    arity: usize,
-) -> Result<ArrayTy, String> {
+fn same_type<F, I, U, B>(row: &Row<F, I, U, B>, args: &[ArrayTy], arity: usize) -> Result<ArrayTy, String> {
     expect_arity(row.name, args, arity)?;
     let t = &args[0];
     if let Some(other) = args.iter().find(|a| *a != t) {
-        return Err(format!(
-            "{}: operands must have the same type, got {t} and {other}",
-            row.name
-        ));
+        return Err(format!("{}: operands must have the same type, got {t} and {other}", row.name));
     }
     if !row.fns.supports(t.dtype) {
-        return Err(format!(
-            "{} is not defined on {} (accepts {})",
-            row.name,
-            t.dtype,
-            row.fns.accepted()
-        ));
+        return Err(format!("{} is not defined on {} (accepts {})", row.name, t.dtype, row.fns.accepted()));
     }
     Ok(t.clone())
 }
@@ -539,13 +402,7 @@ impl Rules for Unary {
         vec![map1(&self.op.rule(), args[0])]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         vec![cx.op(self.op.rule().hlo, args, "", arg_tys, &outs[0])]
     }
 }
@@ -556,13 +413,7 @@ impl Rules for Unary {
 /// `stablehlo.maximum`: XLA's CPU backend compiles `maximum` with fast min/max, which
 /// drops NaNs, and this keeps the documented NaN-propagating semantics whatever the
 /// backend's flags.
-pub(super) fn lower_binary(
-    cx: &mut LowerCx,
-    op: BinaryOp,
-    a: &str,
-    b: &str,
-    ty: &ArrayTy,
-) -> String {
+pub(super) fn lower_binary(cx: &mut LowerCx, op: BinaryOp, a: &str, b: &str, ty: &ArrayTy) -> String {
     let (a, b) = (a.to_string(), b.to_string());
     let dir = match op {
         BinaryOp::Max if ty.dtype == DType::F32 => CmpOp::Ge,
@@ -586,20 +437,8 @@ pub(super) fn lower_binary(
     let mask = ArrayTy::new(DType::Bool, ty.shape.clone());
     let wins = lower_compare(cx, dir, &a, &b, ty);
     let nan = lower_compare(cx, CmpOp::Ne, &a, &a, ty);
-    let pick = cx.op(
-        "stablehlo.or",
-        &[wins, nan],
-        "",
-        &[mask.clone(), mask.clone()],
-        &mask,
-    );
-    cx.op(
-        "stablehlo.select",
-        &[pick, a, b],
-        "",
-        &[mask, ty.clone(), ty.clone()],
-        ty,
-    )
+    let pick = cx.op("stablehlo.or", &[wins, nan], "", &[mask.clone(), mask.clone()], &mask);
+    cx.op("stablehlo.select", &[pick, a, b], "", &[mask, ty.clone(), ty.clone()], ty)
 }
 
 /// Emits the comparison `a op b` of operands of type `ty`.
@@ -610,13 +449,7 @@ pub(super) fn lower_compare(cx: &mut LowerCx, op: CmpOp, a: &str, b: &str, ty: &
         compare_type(ty.dtype)
     );
     let mask = ArrayTy::new(DType::Bool, ty.shape.clone());
-    cx.op(
-        "stablehlo.compare",
-        &[a.to_string(), b.to_string()],
-        &attrs,
-        &[ty.clone(), ty.clone()],
-        &mask,
-    )
+    cx.op("stablehlo.compare", &[a.to_string(), b.to_string()], &attrs, &[ty.clone(), ty.clone()], &mask)
 }
 
 impl Rules for Binary {
@@ -636,13 +469,7 @@ impl Rules for Binary {
         vec![map2(&self.op.rule(), args[0], args[1])]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        _outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
         vec![lower_binary(cx, self.op, &args[0], &args[1], &arg_tys[0])]
     }
 }
@@ -707,12 +534,7 @@ impl Rules for Compare {
     fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
         expect_arity(self.name(), args, 2)?;
         if args[0] != args[1] {
-            return Err(format!(
-                "{}: operands must have the same type, got {} and {}",
-                self.name(),
-                args[0],
-                args[1]
-            ));
+            return Err(format!("{}: operands must have the same type, got {} and {}", self.name(), args[0], args[1]));
         }
         Ok(vec![ArrayTy::new(DType::Bool, args[0].shape.clone())])
     }
@@ -734,13 +556,7 @@ impl Rules for Compare {
         vec![Array::new(args[0].shape.clone(), Data::Bool(out))]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        _outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
         vec![lower_compare(cx, self.op, &args[0], &args[1], &arg_tys[0])]
     }
 }
@@ -764,28 +580,19 @@ impl Rules for Select {
             return Err(format!("select: the predicate must be bool, got {p}"));
         }
         if t != f {
-            return Err(format!(
-                "select: branches must have the same type, got {t} and {f}"
-            ));
+            return Err(format!("select: branches must have the same type, got {t} and {f}"));
         }
         if p.shape != t.shape {
-            return Err(format!(
-                "select: predicate {p} and branches {t} differ in shape"
-            ));
+            return Err(format!("select: predicate {p} and branches {t} differ in shape"));
         }
         Ok(vec![t.clone()])
     }
 
     fn eval(&self, args: &[&Array]) -> Vec<Array> {
         fn go<T: Copy>(p: &[bool], a: &[T], b: &[T]) -> Vec<T> {
-            p.iter()
-                .zip(a.iter().zip(b))
-                .map(|(&c, (&x, &y))| if c { x } else { y })
-                .collect()
+            p.iter().zip(a.iter().zip(b)).map(|(&c, (&x, &y))| if c { x } else { y }).collect()
         }
-        let Data::Bool(p) = &args[0].data else {
-            panic!("select: predicate is not bool")
-        };
+        let Data::Bool(p) = &args[0].data else { panic!("select: predicate is not bool") };
         let data = match (&args[1].data, &args[2].data) {
             (Data::F32(a), Data::F32(b)) => Data::F32(go(p, a, b)),
             (Data::I32(a), Data::I32(b)) => Data::I32(go(p, a, b)),
@@ -798,13 +605,7 @@ impl Rules for Select {
         vec![Array::new(args[1].shape.clone(), data)]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         vec![cx.op("stablehlo.select", args, "", arg_tys, &outs[0])]
     }
 }
@@ -843,9 +644,7 @@ impl Rules for Convert {
             (Data::U32(v), DType::I32) => Data::I32(v.iter().map(|&a| a as i32).collect()),
             (Data::U32(v), DType::U32) => Data::U32(v.clone()),
             (Data::U32(v), DType::Bool) => Data::Bool(v.iter().map(|&a| a != 0).collect()),
-            (Data::Bool(v), DType::F32) => {
-                Data::F32(v.iter().map(|&a| f32::from(u8::from(a))).collect())
-            }
+            (Data::Bool(v), DType::F32) => Data::F32(v.iter().map(|&a| f32::from(u8::from(a))).collect()),
             (Data::Bool(v), DType::I32) => Data::I32(v.iter().map(|&a| i32::from(a)).collect()),
             (Data::Bool(v), DType::U32) => Data::U32(v.iter().map(|&a| u32::from(a)).collect()),
             (Data::Bool(v), DType::Bool) => Data::Bool(v.clone()),
@@ -853,13 +652,7 @@ impl Rules for Convert {
         vec![Array::new(x.shape.clone(), data)]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         vec![cx.op("stablehlo.convert", args, "", arg_tys, &outs[0])]
     }
 }

@@ -6,8 +6,7 @@
 
 use super::Rules;
 use super::util::{
-    concat_data, expect_arity, expect_index, i64_array, indices, list, ravel, scalar_i32, strides,
-    take,
+    concat_data, expect_arity, expect_index, i64_array, indices, list, ravel, scalar_i32, strides, take,
 };
 use crate::array::{Array, ArrayTy};
 use crate::lower::stablehlo::LowerCx;
@@ -66,45 +65,25 @@ impl Rules for Slice {
         expect_arity("slice", args, 1)?;
         let x = &args[0];
         if self.start.len() != x.rank() || self.limit.len() != x.rank() {
-            return Err(format!(
-                "slice: start and limit must have one entry per dimension of {x}"
-            ));
+            return Err(format!("slice: start and limit must have one entry per dimension of {x}"));
         }
         for (d, ((&s, &l), &n)) in self.start.iter().zip(&self.limit).zip(&x.shape).enumerate() {
             if s > l || l > n {
-                return Err(format!(
-                    "slice: {s}..{l} is not a range inside dimension {d} of {x}"
-                ));
+                return Err(format!("slice: {s}..{l} is not a range inside dimension {d} of {x}"));
             }
         }
-        let shape = self
-            .start
-            .iter()
-            .zip(&self.limit)
-            .map(|(s, l)| l - s)
-            .collect();
+        let shape = self.start.iter().zip(&self.limit).map(|(s, l)| l - s).collect();
         Ok(vec![ArrayTy::new(x.dtype, shape)])
     }
 
     fn eval(&self, args: &[&Array]) -> Vec<Array> {
         let x = args[0];
-        let sizes: Vec<usize> = self
-            .start
-            .iter()
-            .zip(&self.limit)
-            .map(|(s, l)| l - s)
-            .collect();
+        let sizes: Vec<usize> = self.start.iter().zip(&self.limit).map(|(s, l)| l - s).collect();
         let src = window(&x.shape, &self.start, &sizes);
         vec![Array::new(sizes, take(&x.data, &src))]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         let ones = vec![1; self.start.len()];
         let attrs = format!(
             "start_indices = {}, limit_indices = {}, strides = {}",
@@ -134,10 +113,7 @@ impl Rules for DynamicSlice {
             expect_index("dynamic_slice", t)?;
         }
         if self.sizes.len() != x.rank() || self.sizes.iter().zip(&x.shape).any(|(s, n)| s > n) {
-            return Err(format!(
-                "dynamic_slice: sizes {} do not fit inside {x}",
-                list(&self.sizes)
-            ));
+            return Err(format!("dynamic_slice: sizes {} do not fit inside {x}", list(&self.sizes)));
         }
         Ok(vec![ArrayTy::new(x.dtype, self.sizes.clone())])
     }
@@ -153,13 +129,7 @@ impl Rules for DynamicSlice {
         vec![Array::new(self.sizes.clone(), take(&x.data, &src))]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         let attrs = format!("slice_sizes = {}", i64_array(&self.sizes));
         vec![cx.op("stablehlo.dynamic_slice", args, &attrs, arg_tys, &outs[0])]
     }
@@ -182,13 +152,8 @@ impl Rules for DynamicUpdateSlice {
         for t in &args[2..] {
             expect_index("dynamic_update_slice", t)?;
         }
-        if u.dtype != x.dtype
-            || u.rank() != x.rank()
-            || u.shape.iter().zip(&x.shape).any(|(a, b)| a > b)
-        {
-            return Err(format!(
-                "dynamic_update_slice: update {u} does not fit inside {x}"
-            ));
+        if u.dtype != x.dtype || u.rank() != x.rank() || u.shape.iter().zip(&x.shape).any(|(a, b)| a > b) {
+            return Err(format!("dynamic_update_slice: update {u} does not fit inside {x}"));
         }
         Ok(vec![x.clone()])
     }
@@ -206,25 +171,10 @@ impl Rules for DynamicUpdateSlice {
         for (k, pos) in window(&x.shape, &start, &u.shape).into_iter().enumerate() {
             src[pos] = n + k;
         }
-        vec![Array::new(
-            x.shape.clone(),
-            take(&concat_data(&[&x.data, &u.data]), &src),
-        )]
+        vec![Array::new(x.shape.clone(), take(&concat_data(&[&x.data, &u.data]), &src))]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        outs: &[ArrayTy],
-    ) -> Vec<String> {
-        vec![cx.op(
-            "stablehlo.dynamic_update_slice",
-            args,
-            "",
-            arg_tys,
-            &outs[0],
-        )]
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        vec![cx.op("stablehlo.dynamic_update_slice", args, "", arg_tys, &outs[0])]
     }
 }

@@ -2,9 +2,7 @@
 //! gather (see [`super::util`]): the flat source position of every output element.
 
 use super::Rules;
-use super::util::{
-    check_axes, concat_data, expect_arity, i64_array, indices, list, ravel, strides, take,
-};
+use super::util::{check_axes, concat_data, expect_arity, i64_array, indices, list, ravel, strides, take};
 use crate::array::{Array, ArrayTy};
 use crate::lower::stablehlo::LowerCx;
 
@@ -53,11 +51,7 @@ impl Rules for Broadcast {
         expect_arity("broadcast", args, 1)?;
         let x = &args[0];
         if self.dims.len() != x.rank() {
-            return Err(format!(
-                "broadcast: {} dims given for an operand of rank {}",
-                self.dims.len(),
-                x.rank()
-            ));
+            return Err(format!("broadcast: {} dims given for an operand of rank {}", self.dims.len(), x.rank()));
         }
         check_axes("broadcast", "dim", &self.dims, self.shape.len())?;
         for (k, (&n, &d)) in x.shape.iter().zip(&self.dims).enumerate() {
@@ -76,33 +70,17 @@ impl Rules for Broadcast {
         let st = strides(&x.shape);
         let src: Vec<usize> = indices(&self.shape)
             .map(|out| {
-                let idx: Vec<usize> = self
-                    .dims
-                    .iter()
-                    .zip(&x.shape)
-                    .map(|(&d, &n)| if n == 1 { 0 } else { out[d] })
-                    .collect();
+                let idx: Vec<usize> =
+                    self.dims.iter().zip(&x.shape).map(|(&d, &n)| if n == 1 { 0 } else { out[d] }).collect();
                 ravel(&idx, &st)
             })
             .collect();
         vec![Array::new(self.shape.clone(), take(&x.data, &src))]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         let attrs = format!("broadcast_dimensions = {}", i64_array(&self.dims));
-        vec![cx.op(
-            "stablehlo.broadcast_in_dim",
-            args,
-            &attrs,
-            arg_tys,
-            &outs[0],
-        )]
+        vec![cx.op("stablehlo.broadcast_in_dim", args, &attrs, arg_tys, &outs[0])]
     }
 }
 
@@ -133,13 +111,7 @@ impl Rules for Reshape {
         vec![Array::new(self.shape.clone(), args[0].data.clone())]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         vec![cx.op("stablehlo.reshape", args, "", arg_tys, &outs[0])]
     }
 }
@@ -157,17 +129,10 @@ impl Rules for Transpose {
         expect_arity("transpose", args, 1)?;
         let x = &args[0];
         if self.perm.len() != x.rank() {
-            return Err(format!(
-                "transpose: permutation {} does not fit rank {}",
-                list(&self.perm),
-                x.rank()
-            ));
+            return Err(format!("transpose: permutation {} does not fit rank {}", list(&self.perm), x.rank()));
         }
         check_axes("transpose", "dimension", &self.perm, x.rank())?;
-        Ok(vec![ArrayTy::new(
-            x.dtype,
-            self.perm.iter().map(|&p| x.shape[p]).collect(),
-        )])
+        Ok(vec![ArrayTy::new(x.dtype, self.perm.iter().map(|&p| x.shape[p]).collect())])
     }
 
     fn eval(&self, args: &[&Array]) -> Vec<Array> {
@@ -176,19 +141,11 @@ impl Rules for Transpose {
         // Result dimension i walks operand dimension perm[i].
         let src_strides: Vec<usize> = self.perm.iter().map(|&p| st[p]).collect();
         let shape: Vec<usize> = self.perm.iter().map(|&p| x.shape[p]).collect();
-        let src: Vec<usize> = indices(&shape)
-            .map(|out| ravel(&out, &src_strides))
-            .collect();
+        let src: Vec<usize> = indices(&shape).map(|out| ravel(&out, &src_strides)).collect();
         vec![Array::new(shape, take(&x.data, &src))]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         let attrs = format!("permutation = {}", i64_array(&self.perm));
         vec![cx.op("stablehlo.transpose", args, &attrs, arg_tys, &outs[0])]
     }
@@ -208,20 +165,13 @@ impl Rules for Concat {
             return Err("concatenate needs at least one operand".to_string());
         };
         if self.axis >= first.rank() {
-            return Err(format!(
-                "concatenate: axis {} is out of range for {first}",
-                self.axis
-            ));
+            return Err(format!("concatenate: axis {} is out of range for {first}", self.axis));
         }
         let mut shape = first.shape.clone();
         shape[self.axis] = 0;
         for a in args {
             let same_elsewhere = a.rank() == first.rank()
-                && a.shape
-                    .iter()
-                    .zip(&first.shape)
-                    .enumerate()
-                    .all(|(d, (x, y))| d == self.axis || x == y);
+                && a.shape.iter().zip(&first.shape).enumerate().all(|(d, (x, y))| d == self.axis || x == y);
             if a.dtype != first.dtype || !same_elsewhere {
                 return Err(format!(
                     "concatenate: {a} does not match {first} outside axis {} (or in dtype)",
@@ -248,12 +198,7 @@ impl Rules for Concat {
         let (mut offset, mut base) = (0, 0);
         for a in args {
             let len = a.shape[self.axis];
-            parts.push(Part {
-                offset,
-                len,
-                base,
-                strides: strides(&a.shape),
-            });
+            parts.push(Part { offset, len, base, strides: strides(&a.shape) });
             offset += len;
             base += a.data.len();
         }
@@ -272,13 +217,7 @@ impl Rules for Concat {
         vec![Array::new(shape, take(&concat_data(&data), &src))]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         let attrs = format!("dimension = {} : i64", self.axis);
         vec![cx.op("stablehlo.concatenate", args, &attrs, arg_tys, &outs[0])]
     }

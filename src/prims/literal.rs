@@ -49,9 +49,7 @@ fn value_text(a: &Array) -> String {
             None => element(&a.data, offset),
             Some((&len, rest)) => {
                 let chunk: usize = rest.iter().product();
-                let items: Vec<String> = (0..len)
-                    .map(|i| nest(a, offset + i * chunk, rest))
-                    .collect();
+                let items: Vec<String> = (0..len).map(|i| nest(a, offset + i * chunk, rest)).collect();
                 format!("[{}]", items.join(", "))
             }
         }
@@ -84,13 +82,7 @@ impl Rules for Constant {
         vec![self.value.clone()]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        _args: &[String],
-        _arg_tys: &[ArrayTy],
-        _outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, _args: &[String], _arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
         vec![cx.constant(&self.value)]
     }
 }
@@ -107,10 +99,7 @@ impl Rules for Iota {
     fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
         expect_arity("iota", args, 0)?;
         if self.dim >= self.ty.rank() {
-            return Err(format!(
-                "iota: dim {} is out of range for {}",
-                self.dim, self.ty
-            ));
+            return Err(format!("iota: dim {} is out of range for {}", self.dim, self.ty));
         }
         if self.ty.dtype == DType::Bool {
             return Err("iota is not defined on bool".to_string());
@@ -130,19 +119,7 @@ impl Rules for Iota {
         vec![Array::new(self.ty.shape.clone(), data)]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        _args: &[String],
-        _arg_tys: &[ArrayTy],
-        outs: &[ArrayTy],
-    ) -> Vec<String> {
-        vec![cx.op(
-            "stablehlo.iota",
-            &[],
-            &format!("iota_dimension = {} : i64", self.dim),
-            &[],
-            &outs[0],
-        )]
+    fn lower(&self, cx: &mut LowerCx, _args: &[String], _arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        vec![cx.op("stablehlo.iota", &[], &format!("iota_dimension = {} : i64", self.dim), &[], &outs[0])]
     }
 }

@@ -21,7 +21,7 @@ use crate::array::{Array, ArrayTy};
 use crate::lower::stablehlo::LowerCx;
 
 pub use dot::Dot;
-pub use elementwise::{Binary, BinaryOp, Compare, CmpOp, Convert, Select, Unary, UnaryOp};
+pub use elementwise::{Binary, BinaryOp, CmpOp, Compare, Convert, Select, Unary, UnaryOp};
 pub use indexing::{DynamicSlice, DynamicUpdateSlice, Slice};
 pub use layout::{Broadcast, Concat, Reshape, Transpose};
 pub use literal::{Constant, Iota};

@@ -89,12 +89,7 @@ impl ReduceOp {
 
 /// The shape left after removing `axes`.
 fn kept_shape(shape: &[usize], axes: &[usize]) -> Vec<usize> {
-    shape
-        .iter()
-        .enumerate()
-        .filter(|(d, _)| !axes.contains(d))
-        .map(|(_, &n)| n)
-        .collect()
+    shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &n)| n).collect()
 }
 
 /// For every element of `shape` in row-major order, the flat position of the result
@@ -102,12 +97,7 @@ fn kept_shape(shape: &[usize], axes: &[usize]) -> Vec<usize> {
 fn destinations<'a>(shape: &'a [usize], axes: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
     let out_strides = strides(&kept_shape(shape, axes));
     indices(shape).map(move |idx| {
-        let kept: Vec<usize> = idx
-            .iter()
-            .enumerate()
-            .filter(|(d, _)| !axes.contains(d))
-            .map(|(_, &i)| i)
-            .collect();
+        let kept: Vec<usize> = idx.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &i)| i).collect();
         ravel(&kept, &out_strides)
     })
 }
@@ -145,33 +135,20 @@ fn fold(x: &Array, axes: &[usize], row: &BinaryRow, init: &Array) -> Array {
 }
 
 /// Emits a `stablehlo.reduce` of `x` over `axes` with `combiner` in its region.
-fn lower_reduce(
-    cx: &mut LowerCx,
-    x: &str,
-    x_ty: &ArrayTy,
-    init: &Array,
-    combiner: BinaryOp,
-    axes: &[usize],
-) -> String {
+fn lower_reduce(cx: &mut LowerCx, x: &str, x_ty: &ArrayTy, init: &Array, combiner: BinaryOp, axes: &[usize]) -> String {
     let init_name = cx.constant(init);
     let scalar = ArrayTy::scalar(x_ty.dtype);
     let out = ArrayTy::new(x_ty.dtype, kept_shape(&x_ty.shape, axes));
     let mut dims = axes.to_vec();
     dims.sort_unstable();
     let r = cx.fresh();
-    cx.open(&format!(
-        "{r} = \"stablehlo.reduce\"({x}, {init_name}) <{{dimensions = {}}}> ({{",
-        i64_array(&dims)
-    ));
+    cx.open(&format!("{r} = \"stablehlo.reduce\"({x}, {init_name}) <{{dimensions = {}}}> ({{", i64_array(&dims)));
     let (a, b) = (cx.fresh(), cx.fresh());
     let t = tensor_type(&scalar);
     cx.label(&format!("^bb0({a}: {t}, {b}: {t}):"));
     let c = lower_binary(cx, combiner, &a, &b, &scalar);
     cx.ret(&[c], std::slice::from_ref(&scalar));
-    cx.close(&format!(
-        "}}) : {}",
-        fn_type(&[x_ty.clone(), scalar], &[out])
-    ));
+    cx.close(&format!("}}) : {}", fn_type(&[x_ty.clone(), scalar], &[out])));
     r
 }
 
@@ -191,43 +168,19 @@ impl Rules for Reduce {
             return Err(format!("{} is not defined on {}", self.name(), x.dtype));
         }
         check_axes(self.name(), "axis", &self.axes, x.rank())?;
-        Ok(vec![ArrayTy::new(
-            x.dtype,
-            kept_shape(&x.shape, &self.axes),
-        )])
+        Ok(vec![ArrayTy::new(x.dtype, kept_shape(&x.shape, &self.axes))])
     }
 
     fn eval(&self, args: &[&Array]) -> Vec<Array> {
         let x = args[0];
-        let combiner = self
-            .op
-            .combiner(x.dtype())
-            .expect("reduction defined on the dtype");
-        vec![fold(
-            x,
-            &self.axes,
-            &combiner.rule(),
-            &self.op.init(x.dtype()),
-        )]
+        let combiner = self.op.combiner(x.dtype()).expect("reduction defined on the dtype");
+        vec![fold(x, &self.axes, &combiner.rule(), &self.op.init(x.dtype()))]
     }
 
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        _outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
         let d = arg_tys[0].dtype;
         let combiner = self.op.combiner(d).expect("reduction defined on the dtype");
-        vec![lower_reduce(
-            cx,
-            &args[0],
-            &arg_tys[0],
-            &self.op.init(d),
-            combiner,
-            &self.axes,
-        )]
+        vec![lower_reduce(cx, &args[0], &arg_tys[0], &self.op.init(d), combiner, &self.axes)]
     }
 }
 
@@ -244,24 +197,15 @@ impl Rules for Argmax {
         expect_arity("argmax", args, 1)?;
         let x = &args[0];
         if self.axis >= x.rank() {
-            return Err(format!(
-                "argmax: axis {} is out of range for {x}",
-                self.axis
-            ));
+            return Err(format!("argmax: axis {} is out of range for {x}", self.axis));
         }
         if x.shape[self.axis] == 0 {
             return Err(format!("argmax: axis {} of {x} is empty", self.axis));
         }
         if x.shape[self.axis] > i32::MAX as usize {
-            return Err(format!(
-                "argmax: axis {} of {x} is too long for an i32 index",
-                self.axis
-            ));
+            return Err(format!("argmax: axis {} of {x} is too long for an i32 index", self.axis));
         }
-        Ok(vec![ArrayTy::new(
-            DType::I32,
-            kept_shape(&x.shape, &[self.axis]),
-        )])
+        Ok(vec![ArrayTy::new(DType::I32, kept_shape(&x.shape, &[self.axis]))])
     }
 
     fn eval(&self, args: &[&Array]) -> Vec<Array> {
@@ -311,19 +255,11 @@ impl Rules for Argmax {
     /// in, this lowers to order-independent steps:
     /// `m = max(x)`, `hit = x == m | x != x`, `argmax = min(select(hit, iota, n))`.
     /// A NaN makes `m` NaN, and then only NaNs are hits, so the first NaN wins.
-    fn lower(
-        &self,
-        cx: &mut LowerCx,
-        args: &[String],
-        arg_tys: &[ArrayTy],
-        _outs: &[ArrayTy],
-    ) -> Vec<String> {
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
         let (x, t) = (&args[0], &arg_tys[0]);
         let axis = self.axis;
         let d = t.dtype;
-        let max_op = ReduceOp::Max
-            .combiner(d)
-            .expect("max is defined on every dtype");
+        let max_op = ReduceOp::Max.combiner(d).expect("max is defined on every dtype");
         let m = lower_reduce(cx, x, t, &ReduceOp::Max.init(d), max_op, &[axis]);
         let m_ty = ArrayTy::new(d, kept_shape(&t.shape, &[axis]));
         let dims: Vec<usize> = (0..t.rank()).filter(|&k| k != axis).collect();
@@ -338,38 +274,14 @@ impl Rules for Argmax {
         let mut hit = lower_compare(cx, CmpOp::Eq, x, &mb, t);
         if d == DType::F32 {
             let nan = lower_compare(cx, CmpOp::Ne, x, x, t);
-            hit = cx.op(
-                "stablehlo.or",
-                &[hit, nan],
-                "",
-                &[mask_ty.clone(), mask_ty.clone()],
-                &mask_ty,
-            );
+            hit = cx.op("stablehlo.or", &[hit, nan], "", &[mask_ty.clone(), mask_ty.clone()], &mask_ty);
         }
         let idx_ty = ArrayTy::new(DType::I32, t.shape.clone());
-        let iota = cx.op(
-            "stablehlo.iota",
-            &[],
-            &format!("iota_dimension = {axis} : i64"),
-            &[],
-            &idx_ty,
-        );
+        let iota = cx.op("stablehlo.iota", &[], &format!("iota_dimension = {axis} : i64"), &[], &idx_ty);
         let n = i32::try_from(t.shape[axis]).expect("infer bounds the axis length");
         let none = cx.splat(&Array::i32(vec![], vec![n]), &idx_ty);
-        let cand = cx.op(
-            "stablehlo.select",
-            &[hit, iota, none],
-            "",
-            &[mask_ty, idx_ty.clone(), idx_ty.clone()],
-            &idx_ty,
-        );
-        vec![lower_reduce(
-            cx,
-            &cand,
-            &idx_ty,
-            &ReduceOp::Min.init(DType::I32),
-            BinaryOp::Min,
-            &[axis],
-        )]
+        let cand =
+            cx.op("stablehlo.select", &[hit, iota, none], "", &[mask_ty, idx_ty.clone(), idx_ty.clone()], &idx_ty);
+        vec![lower_reduce(cx, &cand, &idx_ty, &ReduceOp::Min.init(DType::I32), BinaryOp::Min, &[axis])]
     }
 }

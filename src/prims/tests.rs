@@ -10,10 +10,7 @@ use crate::lower::stablehlo::{dense, f32_literal};
 /// the results' types.
 fn ev(p: Prim, args: Vec<Array>) -> Vec<Array> {
     let tys: Vec<ArrayTy> = args.iter().map(Array::ty).collect();
-    let want = p
-        .rules()
-        .infer(&tys)
-        .unwrap_or_else(|e| panic!("{} rejects {tys:?}: {e}", p.rules().name()));
+    let want = p.rules().infer(&tys).unwrap_or_else(|e| panic!("{} rejects {tys:?}: {e}", p.rules().name()));
     let refs: Vec<&Array> = args.iter().collect();
     let out = p.rules().eval(&refs);
     let got: Vec<ArrayTy> = out.iter().map(Array::ty).collect();
@@ -79,10 +76,7 @@ fn bits(a: &Array) -> Vec<u32> {
 
 fn approx(a: &Array, want: &[f32]) {
     for (x, y) in f32s(a).iter().zip(want) {
-        assert!(
-            (x - y).abs() <= 1e-6 * y.abs().max(1.0),
-            "{x} vs {y} in {a:?}"
-        );
+        assert!((x - y).abs() <= 1e-6 * y.abs().max(1.0), "{x} vs {y} in {a:?}");
     }
 }
 
@@ -91,105 +85,39 @@ fn approx(a: &Array, want: &[f32]) {
 
 #[test]
 fn unary_arithmetic() {
-    assert_eq!(
-        bits(&ev1(un(UnaryOp::Neg), vec![f(&[3], &[1.0, -2.0, 0.0])])),
-        bits(&f(&[3], &[-1.0, 2.0, -0.0]))
-    );
-    assert_eq!(
-        ev1(un(UnaryOp::Neg), vec![i(&[2], &[i32::MIN, 5])]),
-        i(&[2], &[i32::MIN, -5])
-    );
-    assert_eq!(
-        ev1(un(UnaryOp::Neg), vec![u(&[2], &[1, 0])]),
-        u(&[2], &[u32::MAX, 0])
-    );
-    assert_eq!(
-        ev1(un(UnaryOp::Abs), vec![i(&[2], &[i32::MIN, -3])]),
-        i(&[2], &[i32::MIN, 3])
-    );
-    assert_eq!(
-        bits(&ev1(un(UnaryOp::Abs), vec![f(&[2], &[-0.5, -0.0])])),
-        bits(&f(&[2], &[0.5, 0.0]))
-    );
-    assert_eq!(
-        bits(&ev1(un(UnaryOp::Floor), vec![f(&[3], &[-1.5, 1.5, -0.0])])),
-        bits(&f(&[3], &[-2.0, 1.0, -0.0]))
-    );
-    assert_eq!(
-        ev1(un(UnaryOp::Sqrt), vec![f(&[2], &[4.0, 2.0])]),
-        f(&[2], &[2.0, std::f32::consts::SQRT_2])
-    );
+    assert_eq!(bits(&ev1(un(UnaryOp::Neg), vec![f(&[3], &[1.0, -2.0, 0.0])])), bits(&f(&[3], &[-1.0, 2.0, -0.0])));
+    assert_eq!(ev1(un(UnaryOp::Neg), vec![i(&[2], &[i32::MIN, 5])]), i(&[2], &[i32::MIN, -5]));
+    assert_eq!(ev1(un(UnaryOp::Neg), vec![u(&[2], &[1, 0])]), u(&[2], &[u32::MAX, 0]));
+    assert_eq!(ev1(un(UnaryOp::Abs), vec![i(&[2], &[i32::MIN, -3])]), i(&[2], &[i32::MIN, 3]));
+    assert_eq!(bits(&ev1(un(UnaryOp::Abs), vec![f(&[2], &[-0.5, -0.0])])), bits(&f(&[2], &[0.5, 0.0])));
+    assert_eq!(bits(&ev1(un(UnaryOp::Floor), vec![f(&[3], &[-1.5, 1.5, -0.0])])), bits(&f(&[3], &[-2.0, 1.0, -0.0])));
+    assert_eq!(ev1(un(UnaryOp::Sqrt), vec![f(&[2], &[4.0, 2.0])]), f(&[2], &[2.0, std::f32::consts::SQRT_2]));
 }
 
 #[test]
 fn unary_transcendental() {
     let e = std::f32::consts::E;
-    approx(
-        &ev1(un(UnaryOp::Exp), vec![f(&[2], &[0.0, 1.0])]),
-        &[1.0, e],
-    );
-    approx(
-        &ev1(un(UnaryOp::Log), vec![f(&[2], &[1.0, e])]),
-        &[0.0, 1.0],
-    );
-    approx(
-        &ev1(un(UnaryOp::Tanh), vec![f(&[3], &[0.0, 20.0, -20.0])]),
-        &[0.0, 1.0, -1.0],
-    );
-    approx(
-        &ev1(
-            un(UnaryOp::Sin),
-            vec![f(&[2], &[0.0, std::f32::consts::FRAC_PI_2])],
-        ),
-        &[0.0, 1.0],
-    );
-    approx(
-        &ev1(
-            un(UnaryOp::Cos),
-            vec![f(&[2], &[0.0, std::f32::consts::PI])],
-        ),
-        &[1.0, -1.0],
-    );
+    approx(&ev1(un(UnaryOp::Exp), vec![f(&[2], &[0.0, 1.0])]), &[1.0, e]);
+    approx(&ev1(un(UnaryOp::Log), vec![f(&[2], &[1.0, e])]), &[0.0, 1.0]);
+    approx(&ev1(un(UnaryOp::Tanh), vec![f(&[3], &[0.0, 20.0, -20.0])]), &[0.0, 1.0, -1.0]);
+    approx(&ev1(un(UnaryOp::Sin), vec![f(&[2], &[0.0, std::f32::consts::FRAC_PI_2])]), &[0.0, 1.0]);
+    approx(&ev1(un(UnaryOp::Cos), vec![f(&[2], &[0.0, std::f32::consts::PI])]), &[1.0, -1.0]);
     let nan = ev1(un(UnaryOp::Log), vec![f(&[2], &[-1.0, 0.0])]);
     assert!(f32s(&nan)[0].is_nan() && f32s(&nan)[1] == f32::NEG_INFINITY);
 }
 
 #[test]
 fn not_is_logical_on_bool_and_bitwise_on_integers() {
-    assert_eq!(
-        ev1(un(UnaryOp::Not), vec![b(&[2], &[true, false])]),
-        b(&[2], &[false, true])
-    );
-    assert_eq!(
-        ev1(un(UnaryOp::Not), vec![i(&[3], &[0, -1, 5])]),
-        i(&[3], &[-1, 0, -6])
-    );
-    assert_eq!(
-        ev1(un(UnaryOp::Not), vec![u(&[1], &[0])]),
-        u(&[1], &[u32::MAX])
-    );
+    assert_eq!(ev1(un(UnaryOp::Not), vec![b(&[2], &[true, false])]), b(&[2], &[false, true]));
+    assert_eq!(ev1(un(UnaryOp::Not), vec![i(&[3], &[0, -1, 5])]), i(&[3], &[-1, 0, -6]));
+    assert_eq!(ev1(un(UnaryOp::Not), vec![u(&[1], &[0])]), u(&[1], &[u32::MAX]));
 }
 
 #[test]
 fn integer_arithmetic_wraps() {
-    assert_eq!(
-        ev1(
-            bin(BinaryOp::Add),
-            vec![i(&[1], &[i32::MAX]), i(&[1], &[1])]
-        ),
-        i(&[1], &[i32::MIN])
-    );
-    assert_eq!(
-        ev1(bin(BinaryOp::Sub), vec![u(&[1], &[0]), u(&[1], &[1])]),
-        u(&[1], &[u32::MAX])
-    );
-    assert_eq!(
-        ev1(
-            bin(BinaryOp::Mul),
-            vec![i(&[1], &[0x4000_0000]), i(&[1], &[4])]
-        ),
-        i(&[1], &[0])
-    );
+    assert_eq!(ev1(bin(BinaryOp::Add), vec![i(&[1], &[i32::MAX]), i(&[1], &[1])]), i(&[1], &[i32::MIN]));
+    assert_eq!(ev1(bin(BinaryOp::Sub), vec![u(&[1], &[0]), u(&[1], &[1])]), u(&[1], &[u32::MAX]));
+    assert_eq!(ev1(bin(BinaryOp::Mul), vec![i(&[1], &[0x4000_0000]), i(&[1], &[4])]), i(&[1], &[0]));
 }
 
 #[test]
@@ -197,46 +125,19 @@ fn integer_division_follows_xla() {
     let x = i(&[6], &[7, -7, 7, i32::MIN, 5, -5]);
     let y = i(&[6], &[2, 2, 0, -1, -3, 0]);
     // truncating; x / 0 == -1; MIN / -1 == MIN
-    assert_eq!(
-        ev1(bin(BinaryOp::Div), vec![x.clone(), y.clone()]),
-        i(&[6], &[3, -3, -1, i32::MIN, -1, -1])
-    );
+    assert_eq!(ev1(bin(BinaryOp::Div), vec![x.clone(), y.clone()]), i(&[6], &[3, -3, -1, i32::MIN, -1, -1]));
     // the dividend's sign; x % 0 == x; MIN % -1 == 0
-    assert_eq!(
-        ev1(bin(BinaryOp::Rem), vec![x, y]),
-        i(&[6], &[1, -1, 7, 0, 2, -5])
-    );
-    assert_eq!(
-        ev1(bin(BinaryOp::Div), vec![u(&[2], &[7, 7]), u(&[2], &[2, 0])]),
-        u(&[2], &[3, u32::MAX])
-    );
-    assert_eq!(
-        ev1(bin(BinaryOp::Rem), vec![u(&[2], &[7, 7]), u(&[2], &[2, 0])]),
-        u(&[2], &[1, 7])
-    );
+    assert_eq!(ev1(bin(BinaryOp::Rem), vec![x, y]), i(&[6], &[1, -1, 7, 0, 2, -5]));
+    assert_eq!(ev1(bin(BinaryOp::Div), vec![u(&[2], &[7, 7]), u(&[2], &[2, 0])]), u(&[2], &[3, u32::MAX]));
+    assert_eq!(ev1(bin(BinaryOp::Rem), vec![u(&[2], &[7, 7]), u(&[2], &[2, 0])]), u(&[2], &[1, 7]));
 }
 
 #[test]
 fn float_arithmetic() {
+    assert_eq!(ev1(bin(BinaryOp::Rem), vec![f(&[2], &[5.5, -5.5]), f(&[2], &[2.0, 2.0])]), f(&[2], &[1.5, -1.5]));
+    assert_eq!(ev1(bin(BinaryOp::Pow), vec![f(&[2], &[2.0, 4.0]), f(&[2], &[3.0, 0.5])]), f(&[2], &[8.0, 2.0]));
     assert_eq!(
-        ev1(
-            bin(BinaryOp::Rem),
-            vec![f(&[2], &[5.5, -5.5]), f(&[2], &[2.0, 2.0])]
-        ),
-        f(&[2], &[1.5, -1.5])
-    );
-    assert_eq!(
-        ev1(
-            bin(BinaryOp::Pow),
-            vec![f(&[2], &[2.0, 4.0]), f(&[2], &[3.0, 0.5])]
-        ),
-        f(&[2], &[8.0, 2.0])
-    );
-    assert_eq!(
-        ev1(
-            bin(BinaryOp::Div),
-            vec![f(&[2], &[1.0, -1.0]), f(&[2], &[0.0, 0.0])]
-        ),
+        ev1(bin(BinaryOp::Div), vec![f(&[2], &[1.0, -1.0]), f(&[2], &[0.0, 0.0])]),
         f(&[2], &[f32::INFINITY, f32::NEG_INFINITY])
     );
 }
@@ -249,115 +150,43 @@ fn float_max_and_min_propagate_nan_and_prefer_the_first_of_equals() {
     let mx = f32s(&max);
     assert_eq!(mx[0], 2.0);
     assert!(mx[1].is_nan() && mx[2].is_nan());
-    assert_eq!(
-        (mx[3].to_bits(), mx[4].to_bits()),
-        ((-0.0f32).to_bits(), 0.0f32.to_bits())
-    );
+    assert_eq!((mx[3].to_bits(), mx[4].to_bits()), ((-0.0f32).to_bits(), 0.0f32.to_bits()));
     let min = ev1(bin(BinaryOp::Min), vec![x, y]);
     let mn = f32s(&min);
     assert_eq!(mn[0], 1.0);
     assert!(mn[1].is_nan() && mn[2].is_nan());
-    assert_eq!(
-        (mn[3].to_bits(), mn[4].to_bits()),
-        ((-0.0f32).to_bits(), 0.0f32.to_bits())
-    );
+    assert_eq!((mn[3].to_bits(), mn[4].to_bits()), ((-0.0f32).to_bits(), 0.0f32.to_bits()));
 }
 
 #[test]
 fn integer_and_bool_max_min() {
-    assert_eq!(
-        ev1(
-            bin(BinaryOp::Max),
-            vec![i(&[2], &[-1, 3]), i(&[2], &[0, 2])]
-        ),
-        i(&[2], &[0, 3])
-    );
+    assert_eq!(ev1(bin(BinaryOp::Max), vec![i(&[2], &[-1, 3]), i(&[2], &[0, 2])]), i(&[2], &[0, 3]));
     // unsigned order
-    assert_eq!(
-        ev1(
-            bin(BinaryOp::Max),
-            vec![u(&[1], &[0x8000_0000]), u(&[1], &[1])]
-        ),
-        u(&[1], &[0x8000_0000])
-    );
-    assert_eq!(
-        ev1(
-            bin(BinaryOp::Min),
-            vec![u(&[1], &[0x8000_0000]), u(&[1], &[1])]
-        ),
-        u(&[1], &[1])
-    );
-    let (p, q) = (
-        b(&[4], &[false, false, true, true]),
-        b(&[4], &[false, true, false, true]),
-    );
-    assert_eq!(
-        ev1(bin(BinaryOp::Max), vec![p.clone(), q.clone()]),
-        b(&[4], &[false, true, true, true])
-    );
-    assert_eq!(
-        ev1(bin(BinaryOp::Min), vec![p, q]),
-        b(&[4], &[false, false, false, true])
-    );
+    assert_eq!(ev1(bin(BinaryOp::Max), vec![u(&[1], &[0x8000_0000]), u(&[1], &[1])]), u(&[1], &[0x8000_0000]));
+    assert_eq!(ev1(bin(BinaryOp::Min), vec![u(&[1], &[0x8000_0000]), u(&[1], &[1])]), u(&[1], &[1]));
+    let (p, q) = (b(&[4], &[false, false, true, true]), b(&[4], &[false, true, false, true]));
+    assert_eq!(ev1(bin(BinaryOp::Max), vec![p.clone(), q.clone()]), b(&[4], &[false, true, true, true]));
+    assert_eq!(ev1(bin(BinaryOp::Min), vec![p, q]), b(&[4], &[false, false, false, true]));
 }
 
 #[test]
 fn bitwise_and_logical() {
-    let (p, q) = (
-        b(&[4], &[false, false, true, true]),
-        b(&[4], &[false, true, false, true]),
-    );
-    assert_eq!(
-        ev1(bin(BinaryOp::And), vec![p.clone(), q.clone()]),
-        b(&[4], &[false, false, false, true])
-    );
-    assert_eq!(
-        ev1(bin(BinaryOp::Or), vec![p.clone(), q.clone()]),
-        b(&[4], &[false, true, true, true])
-    );
-    assert_eq!(
-        ev1(bin(BinaryOp::Xor), vec![p, q]),
-        b(&[4], &[false, true, true, false])
-    );
-    assert_eq!(
-        ev1(
-            bin(BinaryOp::And),
-            vec![i(&[1], &[0b1100]), i(&[1], &[0b1010])]
-        ),
-        i(&[1], &[0b1000])
-    );
-    assert_eq!(
-        ev1(
-            bin(BinaryOp::Or),
-            vec![i(&[1], &[0b1100]), i(&[1], &[0b1010])]
-        ),
-        i(&[1], &[0b1110])
-    );
-    assert_eq!(
-        ev1(
-            bin(BinaryOp::Xor),
-            vec![u(&[1], &[0b1100]), u(&[1], &[0b1010])]
-        ),
-        u(&[1], &[0b0110])
-    );
+    let (p, q) = (b(&[4], &[false, false, true, true]), b(&[4], &[false, true, false, true]));
+    assert_eq!(ev1(bin(BinaryOp::And), vec![p.clone(), q.clone()]), b(&[4], &[false, false, false, true]));
+    assert_eq!(ev1(bin(BinaryOp::Or), vec![p.clone(), q.clone()]), b(&[4], &[false, true, true, true]));
+    assert_eq!(ev1(bin(BinaryOp::Xor), vec![p, q]), b(&[4], &[false, true, true, false]));
+    assert_eq!(ev1(bin(BinaryOp::And), vec![i(&[1], &[0b1100]), i(&[1], &[0b1010])]), i(&[1], &[0b1000]));
+    assert_eq!(ev1(bin(BinaryOp::Or), vec![i(&[1], &[0b1100]), i(&[1], &[0b1010])]), i(&[1], &[0b1110]));
+    assert_eq!(ev1(bin(BinaryOp::Xor), vec![u(&[1], &[0b1100]), u(&[1], &[0b1010])]), u(&[1], &[0b0110]));
 }
 
 #[test]
 fn shifts_past_the_bit_width_give_zero() {
-    let sl = ev1(
-        bin(BinaryOp::ShiftLeft),
-        vec![i(&[5], &[1, 1, 1, -1, 1]), i(&[5], &[3, 31, 32, 1, -1])],
-    );
+    let sl = ev1(bin(BinaryOp::ShiftLeft), vec![i(&[5], &[1, 1, 1, -1, 1]), i(&[5], &[3, 31, 32, 1, -1])]);
     assert_eq!(sl, i(&[5], &[8, i32::MIN, 0, -2, 0]));
-    let sr = ev1(
-        bin(BinaryOp::ShiftRightLogical),
-        vec![i(&[4], &[-1, -8, 5, 5]), i(&[4], &[28, 1, 32, -1])],
-    );
+    let sr = ev1(bin(BinaryOp::ShiftRightLogical), vec![i(&[4], &[-1, -8, 5, 5]), i(&[4], &[28, 1, 32, -1])]);
     assert_eq!(sr, i(&[4], &[15, 0x7FFF_FFFC, 0, 0]));
-    let su = ev1(
-        bin(BinaryOp::ShiftRightLogical),
-        vec![u(&[2], &[u32::MAX, 8]), u(&[2], &[31, 40])],
-    );
+    let su = ev1(bin(BinaryOp::ShiftRightLogical), vec![u(&[2], &[u32::MAX, 8]), u(&[2], &[31, 40])]);
     assert_eq!(su, u(&[2], &[1, 0]));
 }
 
@@ -366,92 +195,35 @@ fn subnormals_flush_like_the_device() {
     let tiny = 1e-40f32;
     assert!(tiny.is_subnormal());
     // arithmetic reads and writes subnormals as zero
-    assert_eq!(
-        bits(&ev1(
-            bin(BinaryOp::Add),
-            vec![f(&[1], &[tiny]), f(&[1], &[0.0])]
-        )),
-        [0]
-    );
-    assert_eq!(
-        bits(&ev1(
-            bin(BinaryOp::Mul),
-            vec![f(&[1], &[1e-20]), f(&[1], &[1e-20])]
-        )),
-        [0]
-    );
-    assert_eq!(
-        ev1(cmp(CmpOp::Eq), vec![f(&[1], &[tiny]), f(&[1], &[0.0])]),
-        b(&[1], &[true])
-    );
+    assert_eq!(bits(&ev1(bin(BinaryOp::Add), vec![f(&[1], &[tiny]), f(&[1], &[0.0])])), [0]);
+    assert_eq!(bits(&ev1(bin(BinaryOp::Mul), vec![f(&[1], &[1e-20]), f(&[1], &[1e-20])])), [0]);
+    assert_eq!(ev1(cmp(CmpOp::Eq), vec![f(&[1], &[tiny]), f(&[1], &[0.0])]), b(&[1], &[true]));
     let to_bool = Prim::Convert(Convert { to: DType::Bool });
     assert_eq!(ev1(to_bool, vec![f(&[1], &[tiny])]), b(&[1], &[false]));
     // sign-bit operations and moves keep them
-    assert_eq!(
-        bits(&ev1(un(UnaryOp::Neg), vec![f(&[1], &[tiny])])),
-        [(-tiny).to_bits()]
-    );
-    assert_eq!(
-        bits(&ev1(
-            bin(BinaryOp::Max),
-            vec![f(&[1], &[tiny]), f(&[1], &[0.0])]
-        )),
-        [tiny.to_bits()]
-    );
+    assert_eq!(bits(&ev1(un(UnaryOp::Neg), vec![f(&[1], &[tiny])])), [(-tiny).to_bits()]);
+    assert_eq!(bits(&ev1(bin(BinaryOp::Max), vec![f(&[1], &[tiny]), f(&[1], &[0.0])])), [tiny.to_bits()]);
 }
 
 #[test]
 fn comparisons() {
     let x = f(&[3], &[1.0, f32::NAN, -0.0]);
     let y = f(&[3], &[2.0, f32::NAN, 0.0]);
-    assert_eq!(
-        ev1(cmp(CmpOp::Lt), vec![x.clone(), y.clone()]),
-        b(&[3], &[true, false, false])
-    );
-    assert_eq!(
-        ev1(cmp(CmpOp::Le), vec![x.clone(), y.clone()]),
-        b(&[3], &[true, false, true])
-    );
-    assert_eq!(
-        ev1(cmp(CmpOp::Eq), vec![x.clone(), y.clone()]),
-        b(&[3], &[false, false, true])
-    );
-    assert_eq!(
-        ev1(cmp(CmpOp::Ne), vec![x.clone(), y.clone()]),
-        b(&[3], &[true, true, false])
-    );
-    assert_eq!(
-        ev1(cmp(CmpOp::Gt), vec![x.clone(), y.clone()]),
-        b(&[3], &[false, false, false])
-    );
-    assert_eq!(
-        ev1(cmp(CmpOp::Ge), vec![x, y]),
-        b(&[3], &[false, false, true])
-    );
-    assert_eq!(
-        ev1(cmp(CmpOp::Gt), vec![u(&[1], &[0x8000_0000]), u(&[1], &[1])]),
-        b(&[1], &[true])
-    );
-    assert_eq!(
-        ev1(cmp(CmpOp::Gt), vec![i(&[1], &[i32::MIN]), i(&[1], &[1])]),
-        b(&[1], &[false])
-    );
-    assert_eq!(
-        ev1(
-            cmp(CmpOp::Lt),
-            vec![b(&[2], &[false, true]), b(&[2], &[true, true])]
-        ),
-        b(&[2], &[true, false])
-    );
+    assert_eq!(ev1(cmp(CmpOp::Lt), vec![x.clone(), y.clone()]), b(&[3], &[true, false, false]));
+    assert_eq!(ev1(cmp(CmpOp::Le), vec![x.clone(), y.clone()]), b(&[3], &[true, false, true]));
+    assert_eq!(ev1(cmp(CmpOp::Eq), vec![x.clone(), y.clone()]), b(&[3], &[false, false, true]));
+    assert_eq!(ev1(cmp(CmpOp::Ne), vec![x.clone(), y.clone()]), b(&[3], &[true, true, false]));
+    assert_eq!(ev1(cmp(CmpOp::Gt), vec![x.clone(), y.clone()]), b(&[3], &[false, false, false]));
+    assert_eq!(ev1(cmp(CmpOp::Ge), vec![x, y]), b(&[3], &[false, false, true]));
+    assert_eq!(ev1(cmp(CmpOp::Gt), vec![u(&[1], &[0x8000_0000]), u(&[1], &[1])]), b(&[1], &[true]));
+    assert_eq!(ev1(cmp(CmpOp::Gt), vec![i(&[1], &[i32::MIN]), i(&[1], &[1])]), b(&[1], &[false]));
+    assert_eq!(ev1(cmp(CmpOp::Lt), vec![b(&[2], &[false, true]), b(&[2], &[true, true])]), b(&[2], &[true, false]));
 }
 
 #[test]
 fn select_picks_per_element() {
     let p = b(&[3], &[true, false, true]);
-    let out = ev1(
-        Prim::Select(Select),
-        vec![p, i(&[3], &[1, 2, 3]), i(&[3], &[4, 5, 6])],
-    );
+    let out = ev1(Prim::Select(Select), vec![p, i(&[3], &[1, 2, 3]), i(&[3], &[4, 5, 6])]);
     assert_eq!(out, i(&[3], &[1, 5, 3]));
 }
 
@@ -459,47 +231,17 @@ fn select_picks_per_element() {
 fn convert_truncates_and_saturates() {
     let conv = |to| Prim::Convert(Convert { to });
     let x = f(&[6], &[1.9, -1.9, f32::NAN, 3e9, -3e9, f32::INFINITY]);
-    assert_eq!(
-        ev1(conv(DType::I32), vec![x.clone()]),
-        i(&[6], &[1, -1, 0, i32::MAX, i32::MIN, i32::MAX])
-    );
-    assert_eq!(
-        ev1(conv(DType::U32), vec![x]),
-        u(&[6], &[1, 0, 0, 3_000_000_000, 0, u32::MAX])
-    );
-    assert_eq!(
-        ev1(conv(DType::U32), vec![i(&[1], &[-1])]),
-        u(&[1], &[u32::MAX])
-    );
-    assert_eq!(
-        ev1(conv(DType::I32), vec![u(&[1], &[u32::MAX])]),
-        i(&[1], &[-1])
-    );
-    assert_eq!(
-        ev1(conv(DType::F32), vec![u(&[1], &[u32::MAX])]),
-        f(&[1], &[4_294_967_296.0])
-    );
-    assert_eq!(
-        ev1(conv(DType::F32), vec![i(&[1], &[16_777_217])]),
-        f(&[1], &[16_777_216.0])
-    );
-    assert_eq!(
-        ev1(conv(DType::F32), vec![b(&[2], &[true, false])]),
-        f(&[2], &[1.0, 0.0])
-    );
-    assert_eq!(
-        ev1(conv(DType::I32), vec![b(&[2], &[true, false])]),
-        i(&[2], &[1, 0])
-    );
-    let to_bool = ev1(
-        conv(DType::Bool),
-        vec![f(&[4], &[0.5, 0.0, -0.0, f32::NAN])],
-    );
+    assert_eq!(ev1(conv(DType::I32), vec![x.clone()]), i(&[6], &[1, -1, 0, i32::MAX, i32::MIN, i32::MAX]));
+    assert_eq!(ev1(conv(DType::U32), vec![x]), u(&[6], &[1, 0, 0, 3_000_000_000, 0, u32::MAX]));
+    assert_eq!(ev1(conv(DType::U32), vec![i(&[1], &[-1])]), u(&[1], &[u32::MAX]));
+    assert_eq!(ev1(conv(DType::I32), vec![u(&[1], &[u32::MAX])]), i(&[1], &[-1]));
+    assert_eq!(ev1(conv(DType::F32), vec![u(&[1], &[u32::MAX])]), f(&[1], &[4_294_967_296.0]));
+    assert_eq!(ev1(conv(DType::F32), vec![i(&[1], &[16_777_217])]), f(&[1], &[16_777_216.0]));
+    assert_eq!(ev1(conv(DType::F32), vec![b(&[2], &[true, false])]), f(&[2], &[1.0, 0.0]));
+    assert_eq!(ev1(conv(DType::I32), vec![b(&[2], &[true, false])]), i(&[2], &[1, 0]));
+    let to_bool = ev1(conv(DType::Bool), vec![f(&[4], &[0.5, 0.0, -0.0, f32::NAN])]);
     assert_eq!(to_bool, b(&[4], &[true, false, false, true]));
-    assert_eq!(
-        ev1(conv(DType::Bool), vec![i(&[2], &[0, -7])]),
-        b(&[2], &[false, true])
-    );
+    assert_eq!(ev1(conv(DType::Bool), vec![i(&[2], &[0, -7])]), b(&[2], &[false, true]));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -508,48 +250,19 @@ fn convert_truncates_and_saturates() {
 #[test]
 fn constant_and_iota() {
     let c = i(&[2], &[4, 5]);
-    assert_eq!(
-        ev1(Prim::Constant(Constant { value: c.clone() }), vec![]),
-        c
-    );
-    let iota = |d, shape: &[usize], dim| {
-        Prim::Iota(Iota {
-            ty: t(d, shape),
-            dim,
-        })
-    };
-    assert_eq!(
-        ev1(iota(DType::I32, &[2, 3], 1), vec![]),
-        i(&[2, 3], &[0, 1, 2, 0, 1, 2])
-    );
-    assert_eq!(
-        ev1(iota(DType::I32, &[2, 3], 0), vec![]),
-        i(&[2, 3], &[0, 0, 0, 1, 1, 1])
-    );
-    assert_eq!(
-        ev1(iota(DType::F32, &[3], 0), vec![]),
-        f(&[3], &[0.0, 1.0, 2.0])
-    );
+    assert_eq!(ev1(Prim::Constant(Constant { value: c.clone() }), vec![]), c);
+    let iota = |d, shape: &[usize], dim| Prim::Iota(Iota { ty: t(d, shape), dim });
+    assert_eq!(ev1(iota(DType::I32, &[2, 3], 1), vec![]), i(&[2, 3], &[0, 1, 2, 0, 1, 2]));
+    assert_eq!(ev1(iota(DType::I32, &[2, 3], 0), vec![]), i(&[2, 3], &[0, 0, 0, 1, 1, 1]));
+    assert_eq!(ev1(iota(DType::F32, &[3], 0), vec![]), f(&[3], &[0.0, 1.0, 2.0]));
     assert_eq!(ev1(iota(DType::U32, &[2], 0), vec![]), u(&[2], &[0, 1]));
 }
 
 #[test]
 fn float_literals_round_trip_through_their_text() {
-    for x in [
-        1.0f32,
-        -2.5,
-        0.1,
-        1e-45,
-        -0.0,
-        3.402_823_5e38,
-        1.175_494_4e-38,
-        16_777_215.0,
-    ] {
+    for x in [1.0f32, -2.5, 0.1, 1e-45, -0.0, 3.402_823_5e38, 1.175_494_4e-38, 16_777_215.0] {
         let s = f32_literal(x);
-        assert!(
-            s.contains('.') && s.contains('e'),
-            "{s} is not an MLIR float literal"
-        );
+        assert!(s.contains('.') && s.contains('e'), "{s} is not an MLIR float literal");
         let back: f32 = s.parse().expect("Rust parses it");
         assert_eq!(back.to_bits(), x.to_bits(), "{s}");
     }
@@ -563,19 +276,10 @@ fn float_literals_round_trip_through_their_text() {
 fn dense_attributes() {
     assert_eq!(dense(&f(&[], &[0.5])), "dense<5.0e-1>");
     assert_eq!(dense(&f(&[2, 2], &[0.0; 4])), "dense<0.0e0>");
-    assert_eq!(
-        dense(&i(&[2, 2], &[1, 2, 3, -4])),
-        "dense<[[1, 2], [3, -4]]>"
-    );
+    assert_eq!(dense(&i(&[2, 2], &[1, 2, 3, -4])), "dense<[[1, 2], [3, -4]]>");
     assert_eq!(dense(&u(&[2], &[u32::MAX, 0])), "dense<[4294967295, 0]>");
-    assert_eq!(
-        dense(&b(&[3], &[true, false, true])),
-        "dense<[true, false, true]>"
-    );
-    assert_eq!(
-        dense(&f(&[2], &[f32::NAN, -0.0])),
-        "dense<[0x7FC00000, -0.0e0]>"
-    );
+    assert_eq!(dense(&b(&[3], &[true, false, true])), "dense<[true, false, true]>");
+    assert_eq!(dense(&f(&[2], &[f32::NAN, -0.0])), "dense<[0x7FC00000, -0.0e0]>");
     assert_eq!(dense(&f(&[0], &[])), "dense<[]>");
 }
 
@@ -588,24 +292,11 @@ fn grid() -> Array {
 
 #[test]
 fn broadcast_in_dim() {
-    let bc = |shape: &[usize], dims: &[usize]| {
-        Prim::Broadcast(Broadcast {
-            shape: shape.to_vec(),
-            dims: dims.to_vec(),
-        })
-    };
-    assert_eq!(
-        ev1(bc(&[2, 3], &[1]), vec![i(&[3], &[1, 2, 3])]),
-        i(&[2, 3], &[1, 2, 3, 1, 2, 3])
-    );
-    assert_eq!(
-        ev1(bc(&[2, 3], &[0]), vec![i(&[2], &[1, 2])]),
-        i(&[2, 3], &[1, 1, 1, 2, 2, 2])
-    );
-    assert_eq!(
-        ev1(bc(&[2, 3], &[0, 1]), vec![i(&[2, 1], &[1, 2])]),
-        i(&[2, 3], &[1, 1, 1, 2, 2, 2])
-    );
+    let bc =
+        |shape: &[usize], dims: &[usize]| Prim::Broadcast(Broadcast { shape: shape.to_vec(), dims: dims.to_vec() });
+    assert_eq!(ev1(bc(&[2, 3], &[1]), vec![i(&[3], &[1, 2, 3])]), i(&[2, 3], &[1, 2, 3, 1, 2, 3]));
+    assert_eq!(ev1(bc(&[2, 3], &[0]), vec![i(&[2], &[1, 2])]), i(&[2, 3], &[1, 1, 1, 2, 2, 2]));
+    assert_eq!(ev1(bc(&[2, 3], &[0, 1]), vec![i(&[2, 1], &[1, 2])]), i(&[2, 3], &[1, 1, 1, 2, 2, 2]));
     assert_eq!(ev1(bc(&[2], &[]), vec![i(&[], &[7])]), i(&[2], &[7, 7]));
 }
 
@@ -613,15 +304,8 @@ fn broadcast_in_dim() {
 fn reshape_and_transpose() {
     let r = ev1(Prim::Reshape(Reshape { shape: vec![9] }), vec![grid()]);
     assert_eq!(r, i(&[9], &[1, 2, 3, 4, 5, 6, 7, 8, 9]));
-    let tr = |perm: &[usize]| {
-        Prim::Transpose(Transpose {
-            perm: perm.to_vec(),
-        })
-    };
-    assert_eq!(
-        ev1(tr(&[1, 0]), vec![i(&[2, 3], &[1, 2, 3, 4, 5, 6])]),
-        i(&[3, 2], &[1, 4, 2, 5, 3, 6])
-    );
+    let tr = |perm: &[usize]| Prim::Transpose(Transpose { perm: perm.to_vec() });
+    assert_eq!(ev1(tr(&[1, 0]), vec![i(&[2, 3], &[1, 2, 3, 4, 5, 6])]), i(&[3, 2], &[1, 4, 2, 5, 3, 6]));
     // out[a][b][c] = in[b][c][a]
     let x = i(&[2, 3, 4], &(0..24).collect::<Vec<_>>());
     let y = ev1(tr(&[2, 0, 1]), vec![x]);
@@ -637,19 +321,9 @@ fn concatenate() {
     let cat = |axis| Prim::Concat(Concat { axis });
     let out = ev1(cat(0), vec![i(&[1, 2], &[1, 2]), i(&[2, 2], &[3, 4, 5, 6])]);
     assert_eq!(out, i(&[3, 2], &[1, 2, 3, 4, 5, 6]));
-    let out = ev1(
-        cat(1),
-        vec![
-            i(&[2, 1], &[1, 2]),
-            i(&[2, 2], &[3, 4, 5, 6]),
-            i(&[2, 0], &[]),
-        ],
-    );
+    let out = ev1(cat(1), vec![i(&[2, 1], &[1, 2]), i(&[2, 2], &[3, 4, 5, 6]), i(&[2, 0], &[])]);
     assert_eq!(out, i(&[2, 3], &[1, 3, 4, 2, 5, 6]));
-    assert_eq!(
-        ev1(cat(0), vec![b(&[2], &[true, false])]),
-        b(&[2], &[true, false])
-    );
+    assert_eq!(ev1(cat(0), vec![b(&[2], &[true, false])]), b(&[2], &[true, false]));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -657,15 +331,9 @@ fn concatenate() {
 
 #[test]
 fn static_slice() {
-    let s = Prim::Slice(Slice {
-        start: vec![1, 1],
-        limit: vec![3, 3],
-    });
+    let s = Prim::Slice(Slice { start: vec![1, 1], limit: vec![3, 3] });
     assert_eq!(ev1(s, vec![grid()]), i(&[2, 2], &[5, 6, 8, 9]));
-    let empty = Prim::Slice(Slice {
-        start: vec![2, 0],
-        limit: vec![2, 3],
-    });
+    let empty = Prim::Slice(Slice { start: vec![2, 0], limit: vec![2, 3] });
     assert_eq!(ev1(empty, vec![grid()]), i(&[0, 3], &[]));
 }
 
@@ -682,20 +350,9 @@ fn dynamic_slice_clamps_its_start() {
 fn dynamic_update_slice_clamps_its_start() {
     let dus = Prim::DynamicUpdateSlice(DynamicUpdateSlice);
     let zeros = i(&[3, 3], &[0; 9]);
-    let out = ev1(
-        dus.clone(),
-        vec![
-            zeros.clone(),
-            i(&[1, 2], &[1, 2]),
-            i(&[], &[2]),
-            i(&[], &[2]),
-        ],
-    );
+    let out = ev1(dus.clone(), vec![zeros.clone(), i(&[1, 2], &[1, 2]), i(&[], &[2]), i(&[], &[2])]);
     assert_eq!(out, i(&[3, 3], &[0, 0, 0, 0, 0, 0, 0, 1, 2]));
-    let out = ev1(
-        dus,
-        vec![zeros, i(&[2, 1], &[7, 8]), i(&[], &[-1]), i(&[], &[1])],
-    );
+    let out = ev1(dus, vec![zeros, i(&[2, 1], &[7, 8]), i(&[], &[-1]), i(&[], &[1])]);
     assert_eq!(out, i(&[3, 3], &[0, 7, 0, 0, 8, 0, 0, 0, 0]));
 }
 
@@ -704,30 +361,13 @@ fn dynamic_update_slice_clamps_its_start() {
 
 #[test]
 fn reductions_over_axes() {
-    let red = |op, axes: &[usize]| {
-        Prim::Reduce(Reduce {
-            op,
-            axes: axes.to_vec(),
-        })
-    };
+    let red = |op, axes: &[usize]| Prim::Reduce(Reduce { op, axes: axes.to_vec() });
     let x = i(&[2, 3], &[1, 2, 3, 4, 5, 6]);
-    assert_eq!(
-        ev1(red(ReduceOp::Sum, &[0]), vec![x.clone()]),
-        i(&[3], &[5, 7, 9])
-    );
-    assert_eq!(
-        ev1(red(ReduceOp::Sum, &[1]), vec![x.clone()]),
-        i(&[2], &[6, 15])
-    );
-    assert_eq!(
-        ev1(red(ReduceOp::Sum, &[1, 0]), vec![x.clone()]),
-        i(&[], &[21])
-    );
+    assert_eq!(ev1(red(ReduceOp::Sum, &[0]), vec![x.clone()]), i(&[3], &[5, 7, 9]));
+    assert_eq!(ev1(red(ReduceOp::Sum, &[1]), vec![x.clone()]), i(&[2], &[6, 15]));
+    assert_eq!(ev1(red(ReduceOp::Sum, &[1, 0]), vec![x.clone()]), i(&[], &[21]));
     assert_eq!(ev1(red(ReduceOp::Sum, &[]), vec![x.clone()]), x);
-    assert_eq!(
-        ev1(red(ReduceOp::Max, &[1]), vec![x.clone()]),
-        i(&[2], &[3, 6])
-    );
+    assert_eq!(ev1(red(ReduceOp::Max, &[1]), vec![x.clone()]), i(&[2], &[3, 6]));
     assert_eq!(ev1(red(ReduceOp::Min, &[0]), vec![x]), i(&[3], &[1, 2, 3]));
     let fx = f(&[2, 2], &[1.0, f32::NAN, 3.0, 2.0]);
     let m = ev1(red(ReduceOp::Max, &[1]), vec![fx.clone()]);
@@ -735,74 +375,31 @@ fn reductions_over_axes() {
     let m = ev1(red(ReduceOp::Min, &[1]), vec![fx]);
     assert!(f32s(&m)[0].is_nan() && f32s(&m)[1] == 2.0);
     let bx = b(&[2, 2], &[true, false, true, true]);
-    assert_eq!(
-        ev1(red(ReduceOp::Max, &[1]), vec![bx.clone()]),
-        b(&[2], &[true, true])
-    );
-    assert_eq!(
-        ev1(red(ReduceOp::Min, &[1]), vec![bx]),
-        b(&[2], &[false, true])
-    );
+    assert_eq!(ev1(red(ReduceOp::Max, &[1]), vec![bx.clone()]), b(&[2], &[true, true]));
+    assert_eq!(ev1(red(ReduceOp::Min, &[1]), vec![bx]), b(&[2], &[false, true]));
 }
 
 #[test]
 fn empty_reductions_give_the_identity() {
     let red = |op| Prim::Reduce(Reduce { op, axes: vec![1] });
     let e = f(&[2, 0], &[]);
-    assert_eq!(
-        ev1(red(ReduceOp::Sum), vec![e.clone()]),
-        f(&[2], &[0.0, 0.0])
-    );
-    assert_eq!(
-        ev1(red(ReduceOp::Max), vec![e.clone()]),
-        f(&[2], &[f32::NEG_INFINITY; 2])
-    );
-    assert_eq!(
-        ev1(red(ReduceOp::Min), vec![e]),
-        f(&[2], &[f32::INFINITY; 2])
-    );
-    assert_eq!(
-        ev1(red(ReduceOp::Max), vec![i(&[1, 0], &[])]),
-        i(&[1], &[i32::MIN])
-    );
-    assert_eq!(
-        ev1(red(ReduceOp::Min), vec![u(&[1, 0], &[])]),
-        u(&[1], &[u32::MAX])
-    );
+    assert_eq!(ev1(red(ReduceOp::Sum), vec![e.clone()]), f(&[2], &[0.0, 0.0]));
+    assert_eq!(ev1(red(ReduceOp::Max), vec![e.clone()]), f(&[2], &[f32::NEG_INFINITY; 2]));
+    assert_eq!(ev1(red(ReduceOp::Min), vec![e]), f(&[2], &[f32::INFINITY; 2]));
+    assert_eq!(ev1(red(ReduceOp::Max), vec![i(&[1, 0], &[])]), i(&[1], &[i32::MIN]));
+    assert_eq!(ev1(red(ReduceOp::Min), vec![u(&[1, 0], &[])]), u(&[1], &[u32::MAX]));
 }
 
 #[test]
 fn argmax_takes_the_first_maximum_and_the_first_nan() {
     let am = |axis| Prim::Argmax(Argmax { axis });
     let ninf = f32::NEG_INFINITY;
-    let x = f(
-        &[4, 3],
-        &[
-            1.0,
-            3.0,
-            3.0,
-            f32::NAN,
-            5.0,
-            f32::NAN,
-            ninf,
-            ninf,
-            ninf,
-            2.0,
-            5.0,
-            f32::NAN,
-        ],
-    );
+    let x = f(&[4, 3], &[1.0, 3.0, 3.0, f32::NAN, 5.0, f32::NAN, ninf, ninf, ninf, 2.0, 5.0, f32::NAN]);
     assert_eq!(ev1(am(1), vec![x.clone()]), i(&[4], &[1, 0, 0, 2]));
     assert_eq!(ev1(am(0), vec![x]), i(&[3], &[1, 1, 1]));
-    assert_eq!(
-        ev1(am(0), vec![i(&[2, 2], &[1, 5, 2, 5])]),
-        i(&[2], &[1, 0])
-    );
+    assert_eq!(ev1(am(0), vec![i(&[2, 2], &[1, 5, 2, 5])]), i(&[2], &[1, 0]));
     assert_eq!(ev1(am(0), vec![u(&[3], &[1, u32::MAX, 7])]), i(&[], &[1]));
-    assert_eq!(
-        ev1(am(0), vec![b(&[3], &[false, true, true])]),
-        i(&[], &[1])
-    );
+    assert_eq!(ev1(am(0), vec![b(&[3], &[false, true, true])]), i(&[], &[1]));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -821,53 +418,23 @@ fn dot(lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]) -> Prim {
 fn dot_general_products() {
     let a = f(&[2, 2], &[1.0, 2.0, 3.0, 4.0]);
     let bb = f(&[2, 2], &[5.0, 6.0, 7.0, 8.0]);
-    assert_eq!(
-        ev1(dot(&[], &[], &[1], &[0]), vec![a.clone(), bb.clone()]),
-        f(&[2, 2], &[19.0, 22.0, 43.0, 50.0])
-    );
+    assert_eq!(ev1(dot(&[], &[], &[1], &[0]), vec![a.clone(), bb.clone()]), f(&[2, 2], &[19.0, 22.0, 43.0, 50.0]));
     // aᵀ b
-    assert_eq!(
-        ev1(dot(&[], &[], &[0], &[0]), vec![a.clone(), bb.clone()]),
-        f(&[2, 2], &[26.0, 30.0, 38.0, 44.0])
-    );
+    assert_eq!(ev1(dot(&[], &[], &[0], &[0]), vec![a.clone(), bb.clone()]), f(&[2, 2], &[26.0, 30.0, 38.0, 44.0]));
     // matrix-vector and dot product
-    assert_eq!(
-        ev1(
-            dot(&[], &[], &[1], &[0]),
-            vec![a.clone(), f(&[2], &[1.0, -1.0])]
-        ),
-        f(&[2], &[-1.0, -1.0])
-    );
-    assert_eq!(
-        ev1(
-            dot(&[], &[], &[0], &[0]),
-            vec![f(&[2], &[1.0, 2.0]), f(&[2], &[3.0, 4.0])]
-        ),
-        f(&[], &[11.0])
-    );
+    assert_eq!(ev1(dot(&[], &[], &[1], &[0]), vec![a.clone(), f(&[2], &[1.0, -1.0])]), f(&[2], &[-1.0, -1.0]));
+    assert_eq!(ev1(dot(&[], &[], &[0], &[0]), vec![f(&[2], &[1.0, 2.0]), f(&[2], &[3.0, 4.0])]), f(&[], &[11.0]));
     // outer product
     assert_eq!(
-        ev1(
-            dot(&[], &[], &[], &[]),
-            vec![f(&[2], &[1.0, 2.0]), f(&[2], &[3.0, 4.0])]
-        ),
+        ev1(dot(&[], &[], &[], &[]), vec![f(&[2], &[1.0, 2.0]), f(&[2], &[3.0, 4.0])]),
         f(&[2, 2], &[3.0, 4.0, 6.0, 8.0])
     );
     // batched: out[k] = a[k] @ b[k]
     let a3 = f(&[2, 1, 2], &[1.0, 2.0, 3.0, 4.0]);
     let b3 = f(&[2, 2, 1], &[5.0, 6.0, 7.0, 8.0]);
-    assert_eq!(
-        ev1(dot(&[0], &[0], &[2], &[1]), vec![a3, b3]),
-        f(&[2, 1, 1], &[17.0, 53.0])
-    );
+    assert_eq!(ev1(dot(&[0], &[0], &[2], &[1]), vec![a3, b3]), f(&[2, 1, 1], &[17.0, 53.0]));
     // integers wrap
-    assert_eq!(
-        ev1(
-            dot(&[], &[], &[1], &[0]),
-            vec![i(&[1, 1], &[i32::MAX]), i(&[1, 1], &[2])]
-        ),
-        i(&[1, 1], &[-2])
-    );
+    assert_eq!(ev1(dot(&[], &[], &[1], &[0]), vec![i(&[1, 1], &[i32::MAX]), i(&[1, 1], &[2])]), i(&[1, 1], &[-2]));
 }
 
 #[test]
@@ -888,75 +455,41 @@ fn dot_general_batch_dims_lead_the_result() {
 fn elementwise_type_errors() {
     let f3 = t(DType::F32, &[3]);
     let i3 = t(DType::I32, &[3]);
-    assert_eq!(
-        err(un(UnaryOp::Exp), std::slice::from_ref(&i3)),
-        "exp is not defined on i32 (accepts f32)"
-    );
-    assert_eq!(
-        err(un(UnaryOp::Not), std::slice::from_ref(&f3)),
-        "not is not defined on f32 (accepts i32, u32, bool)"
-    );
+    assert_eq!(err(un(UnaryOp::Exp), std::slice::from_ref(&i3)), "exp is not defined on i32 (accepts f32)");
+    assert_eq!(err(un(UnaryOp::Not), std::slice::from_ref(&f3)), "not is not defined on f32 (accepts i32, u32, bool)");
     assert!(err(bin(BinaryOp::Add), &[f3.clone(), i3.clone()]).contains("same type"));
     assert!(err(bin(BinaryOp::Add), &[f3.clone(), t(DType::F32, &[4])]).contains("same type"));
-    assert!(
-        err(
-            bin(BinaryOp::Add),
-            &[t(DType::Bool, &[3]), t(DType::Bool, &[3])]
-        )
-        .contains("not defined on bool")
-    );
+    assert!(err(bin(BinaryOp::Add), &[t(DType::Bool, &[3]), t(DType::Bool, &[3])]).contains("not defined on bool"));
     assert!(err(bin(BinaryOp::Pow), &[i3.clone(), i3.clone()]).contains("not defined on i32"));
-    assert!(
-        err(bin(BinaryOp::ShiftLeft), &[f3.clone(), f3.clone()]).contains("not defined on f32")
-    );
+    assert!(err(bin(BinaryOp::ShiftLeft), &[f3.clone(), f3.clone()]).contains("not defined on f32"));
     assert!(err(bin(BinaryOp::And), &[f3.clone(), f3.clone()]).contains("not defined on f32"));
-    assert_eq!(
-        err(bin(BinaryOp::Mul), std::slice::from_ref(&f3)),
-        "mul takes 2 argument(s), got 1"
-    );
+    assert_eq!(err(bin(BinaryOp::Mul), std::slice::from_ref(&f3)), "mul takes 2 argument(s), got 1");
     assert!(err(cmp(CmpOp::Lt), &[f3.clone(), i3.clone()]).contains("same type"));
     let sel = Prim::Select(Select);
-    assert!(
-        err(sel.clone(), &[f3.clone(), f3.clone(), f3.clone()]).contains("predicate must be bool")
-    );
+    assert!(err(sel.clone(), &[f3.clone(), f3.clone(), f3.clone()]).contains("predicate must be bool"));
     assert!(err(sel.clone(), &[t(DType::Bool, &[3]), f3.clone(), i3]).contains("same type"));
     assert!(err(sel, &[t(DType::Bool, &[2]), f3.clone(), f3]).contains("differ in shape"));
 }
 
 #[test]
 fn literal_and_layout_type_errors() {
-    let iota = |d, shape: &[usize], dim| {
-        Prim::Iota(Iota {
-            ty: t(d, shape),
-            dim,
-        })
-    };
+    let iota = |d, shape: &[usize], dim| Prim::Iota(Iota { ty: t(d, shape), dim });
     assert!(err(iota(DType::Bool, &[3], 0), &[]).contains("bool"));
     assert!(err(iota(DType::I32, &[3], 1), &[]).contains("out of range"));
-    let bc = |shape: &[usize], dims: &[usize]| {
-        Prim::Broadcast(Broadcast {
-            shape: shape.to_vec(),
-            dims: dims.to_vec(),
-        })
-    };
+    let bc =
+        |shape: &[usize], dims: &[usize]| Prim::Broadcast(Broadcast { shape: shape.to_vec(), dims: dims.to_vec() });
     assert!(err(bc(&[2, 3], &[0]), &[t(DType::F32, &[3])]).contains("has size 3"));
     assert!(err(bc(&[2, 3], &[]), &[t(DType::F32, &[3])]).contains("0 dims given"));
     assert!(err(bc(&[3, 3], &[1, 1]), &[t(DType::F32, &[3, 3])]).contains("twice"));
     let reshape = Prim::Reshape(Reshape { shape: vec![4] });
     assert!(err(reshape, &[t(DType::F32, &[3])]).contains("cannot reshape"));
-    let tr = |perm: &[usize]| {
-        Prim::Transpose(Transpose {
-            perm: perm.to_vec(),
-        })
-    };
+    let tr = |perm: &[usize]| Prim::Transpose(Transpose { perm: perm.to_vec() });
     assert!(err(tr(&[0, 0]), &[t(DType::F32, &[2, 2])]).contains("twice"));
     assert!(err(tr(&[0]), &[t(DType::F32, &[2, 2])]).contains("does not fit"));
     let cat = |axis| Prim::Concat(Concat { axis });
     assert!(err(cat(0), &[]).contains("at least one"));
     assert!(err(cat(1), &[t(DType::F32, &[2])]).contains("out of range"));
-    assert!(
-        err(cat(0), &[t(DType::F32, &[2, 3]), t(DType::F32, &[2, 4])]).contains("does not match")
-    );
+    assert!(err(cat(0), &[t(DType::F32, &[2, 3]), t(DType::F32, &[2, 4])]).contains("does not match"));
     assert!(err(cat(0), &[t(DType::F32, &[2]), t(DType::I32, &[2])]).contains("does not match"));
 }
 
@@ -964,49 +497,21 @@ fn literal_and_layout_type_errors() {
 fn indexing_type_errors() {
     let x = t(DType::F32, &[3, 3]);
     let idx = t(DType::I32, &[]);
-    let s = Prim::Slice(Slice {
-        start: vec![0, 2],
-        limit: vec![3, 4],
-    });
+    let s = Prim::Slice(Slice { start: vec![0, 2], limit: vec![3, 4] });
     assert!(err(s, std::slice::from_ref(&x)).contains("not a range"));
-    let ds = |sizes: &[usize]| {
-        Prim::DynamicSlice(DynamicSlice {
-            sizes: sizes.to_vec(),
-        })
-    };
+    let ds = |sizes: &[usize]| Prim::DynamicSlice(DynamicSlice { sizes: sizes.to_vec() });
     assert!(err(ds(&[2, 2]), &[x.clone(), idx.clone()]).contains("takes 3 argument(s)"));
-    assert!(
-        err(ds(&[2, 2]), &[x.clone(), idx.clone(), t(DType::U32, &[])]).contains("i32 scalars")
-    );
+    assert!(err(ds(&[2, 2]), &[x.clone(), idx.clone(), t(DType::U32, &[])]).contains("i32 scalars"));
     assert!(err(ds(&[4, 2]), &[x.clone(), idx.clone(), idx.clone()]).contains("do not fit"));
     let dus = Prim::DynamicUpdateSlice(DynamicUpdateSlice);
-    assert!(
-        err(
-            dus.clone(),
-            &[x.clone(), t(DType::F32, &[4, 1]), idx.clone(), idx.clone()]
-        )
-        .contains("does not fit")
-    );
-    assert!(
-        err(
-            dus.clone(),
-            &[x.clone(), t(DType::I32, &[1, 1]), idx.clone(), idx.clone()]
-        )
-        .contains("does not fit")
-    );
-    assert!(
-        err(dus, &[x, t(DType::F32, &[1, 1]), idx, t(DType::I32, &[1])]).contains("i32 scalars")
-    );
+    assert!(err(dus.clone(), &[x.clone(), t(DType::F32, &[4, 1]), idx.clone(), idx.clone()]).contains("does not fit"));
+    assert!(err(dus.clone(), &[x.clone(), t(DType::I32, &[1, 1]), idx.clone(), idx.clone()]).contains("does not fit"));
+    assert!(err(dus, &[x, t(DType::F32, &[1, 1]), idx, t(DType::I32, &[1])]).contains("i32 scalars"));
 }
 
 #[test]
 fn reduction_and_dot_type_errors() {
-    let red = |op, axes: &[usize]| {
-        Prim::Reduce(Reduce {
-            op,
-            axes: axes.to_vec(),
-        })
-    };
+    let red = |op, axes: &[usize]| Prim::Reduce(Reduce { op, axes: axes.to_vec() });
     assert!(err(red(ReduceOp::Sum, &[0]), &[t(DType::Bool, &[3])]).contains("not defined on bool"));
     assert!(err(red(ReduceOp::Max, &[1]), &[t(DType::F32, &[3])]).contains("out of range"));
     assert!(err(red(ReduceOp::Max, &[0, 0]), &[t(DType::F32, &[3])]).contains("twice"));
@@ -1014,81 +519,32 @@ fn reduction_and_dot_type_errors() {
     assert!(err(am(1), &[t(DType::F32, &[3, 0])]).contains("empty"));
     assert!(err(am(2), &[t(DType::F32, &[3, 2])]).contains("out of range"));
     let mm = dot(&[], &[], &[1], &[0]);
-    assert!(
-        err(
-            mm.clone(),
-            &[t(DType::F32, &[2, 3]), t(DType::F32, &[4, 2])]
-        )
-        .contains("differ in size")
-    );
-    assert!(
-        err(
-            mm.clone(),
-            &[t(DType::F32, &[2, 3]), t(DType::I32, &[3, 2])]
-        )
-        .contains("differ in dtype")
-    );
-    assert!(
-        err(mm, &[t(DType::Bool, &[2, 3]), t(DType::Bool, &[3, 2])])
-            .contains("not defined on bool")
-    );
-    assert!(
-        err(
-            dot(&[0], &[], &[1], &[0]),
-            &[t(DType::F32, &[2, 3]), t(DType::F32, &[3, 2])]
-        )
-        .contains("as many")
-    );
-    assert!(
-        err(
-            dot(&[], &[], &[2], &[0]),
-            &[t(DType::F32, &[2, 3]), t(DType::F32, &[3, 2])]
-        )
-        .contains("out of range")
-    );
+    assert!(err(mm.clone(), &[t(DType::F32, &[2, 3]), t(DType::F32, &[4, 2])]).contains("differ in size"));
+    assert!(err(mm.clone(), &[t(DType::F32, &[2, 3]), t(DType::I32, &[3, 2])]).contains("differ in dtype"));
+    assert!(err(mm, &[t(DType::Bool, &[2, 3]), t(DType::Bool, &[3, 2])]).contains("not defined on bool"));
+    assert!(err(dot(&[0], &[], &[1], &[0]), &[t(DType::F32, &[2, 3]), t(DType::F32, &[3, 2])]).contains("as many"));
+    assert!(err(dot(&[], &[], &[2], &[0]), &[t(DType::F32, &[2, 3]), t(DType::F32, &[3, 2])]).contains("out of range"));
 }
 
 #[test]
 fn printer_names_and_attributes() {
     let cases: [(Prim, &str, &str); 6] = [
         (bin(BinaryOp::ShiftRightLogical), "shift_right_logical", ""),
-        (
-            Prim::Convert(Convert { to: DType::U32 }),
-            "convert",
-            "[to=u32]",
-        ),
-        (
-            Prim::Reduce(Reduce {
-                op: ReduceOp::Max,
-                axes: vec![0, 2],
-            }),
-            "reduce_max",
-            "[axes=[0, 2]]",
-        ),
+        (Prim::Convert(Convert { to: DType::U32 }), "convert", "[to=u32]"),
+        (Prim::Reduce(Reduce { op: ReduceOp::Max, axes: vec![0, 2] }), "reduce_max", "[axes=[0, 2]]"),
         (
             dot(&[0], &[0], &[2], &[1]),
             "dot_general",
             "[lhs_batch=[0], rhs_batch=[0], lhs_contract=[2], rhs_contract=[1]]",
         ),
+        (Prim::Constant(Constant { value: f(&[2], &[1.5, f32::NAN]) }), "constant", "[[1.5, NaN]]"),
         (
-            Prim::Constant(Constant {
-                value: f(&[2], &[1.5, f32::NAN]),
-            }),
-            "constant",
-            "[[1.5, NaN]]",
-        ),
-        (
-            Prim::Constant(Constant {
-                value: i(&[20], &(0..20).collect::<Vec<_>>()),
-            }),
+            Prim::Constant(Constant { value: i(&[20], &(0..20).collect::<Vec<_>>()) }),
             "constant",
             "[[0, 1, 2, 3, 4, 5, 6, 7, … 20 elements]]",
         ),
     ];
     for (p, name, attrs) in cases {
-        assert_eq!(
-            (p.rules().name(), p.rules().attrs().as_str()),
-            (name, attrs)
-        );
+        assert_eq!((p.rules().name(), p.rules().attrs().as_str()), (name, attrs));
     }
 }

@@ -92,20 +92,14 @@ pub fn scalar_i32(a: &Array) -> i32 {
 
 /// Checks the number of arguments a type rule receives.
 pub fn expect_arity(name: &str, args: &[ArrayTy], n: usize) -> Result<(), String> {
-    if args.len() == n {
-        Ok(())
-    } else {
-        Err(format!("{name} takes {n} argument(s), got {}", args.len()))
-    }
+    if args.len() == n { Ok(()) } else { Err(format!("{name} takes {n} argument(s), got {}", args.len())) }
 }
 
 /// Checks that `axes` are distinct dimensions of a rank-`rank` array.
 pub fn check_axes(name: &str, what: &str, axes: &[usize], rank: usize) -> Result<(), String> {
     for (k, &a) in axes.iter().enumerate() {
         if a >= rank {
-            return Err(format!(
-                "{name}: {what} {a} is out of range for rank {rank}"
-            ));
+            return Err(format!("{name}: {what} {a} is out of range for rank {rank}"));
         }
         if axes[..k].contains(&a) {
             return Err(format!("{name}: {what} {a} appears twice"));
@@ -119,9 +113,7 @@ pub fn expect_index(name: &str, t: &ArrayTy) -> Result<(), String> {
     if t.dtype == DType::I32 && t.shape.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "{name}: start indices must be i32 scalars, got {t}"
-        ))
+        Err(format!("{name}: start indices must be i32 scalars, got {t}"))
     }
 }
 

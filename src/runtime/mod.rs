@@ -139,11 +139,7 @@ impl ErrorCode {
             "DATA_LOSS",
             "UNAUTHENTICATED",
         ];
-        usize::try_from(self.0)
-            .ok()
-            .and_then(|i| NAMES.get(i))
-            .copied()
-            .unwrap_or("UNKNOWN_CODE")
+        usize::try_from(self.0).ok().and_then(|i| NAMES.get(i)).copied().unwrap_or("UNKNOWN_CODE")
     }
 }
 

@@ -54,10 +54,7 @@ fn existing(path: &Path, origin: &'static str) -> Result<PathBuf> {
     if path.exists() {
         Ok(path.to_path_buf())
     } else {
-        Err(RuntimeError::PluginMissing {
-            path: path.to_path_buf(),
-            origin,
-        })
+        Err(RuntimeError::PluginMissing { path: path.to_path_buf(), origin })
     }
 }
 
@@ -66,9 +63,7 @@ pub fn cache_dir() -> Result<PathBuf> {
     if let Some(dir) = env::var_os(CACHE_ENV).filter(|v| !v.is_empty()) {
         return Ok(PathBuf::from(dir));
     }
-    let home = env::var_os("HOME")
-        .filter(|v| !v.is_empty())
-        .ok_or(RuntimeError::NoCacheDir)?;
+    let home = env::var_os("HOME").filter(|v| !v.is_empty()).ok_or(RuntimeError::NoCacheDir)?;
     Ok(PathBuf::from(home).join(".cache").join("podracer"))
 }
 
@@ -92,26 +87,14 @@ pub fn install_cpu_plugin(cache: &Path) -> Result<PathBuf> {
     let requirement = format!("{CPU_PLUGIN_PACKAGE}=={CPU_PLUGIN_VERSION}");
     let target = install_dir(cache);
     let partial = cache.join(format!("{}.partial", install_dir_name()));
-    let command = format!(
-        "python3 -m pip install --no-deps --target {} {requirement}",
-        target.display()
-    );
-    let fail = |reason: String| RuntimeError::Install {
-        reason,
-        command: command.clone(),
-    };
+    let command = format!("python3 -m pip install --no-deps --target {} {requirement}", target.display());
+    let fail = |reason: String| RuntimeError::Install { reason, command: command.clone() };
 
-    fs::create_dir_all(cache)
-        .map_err(|e| fail(format!("cannot create the cache {}: {e}", cache.display())))?;
+    fs::create_dir_all(cache).map_err(|e| fail(format!("cannot create the cache {}: {e}", cache.display())))?;
     // Only one process installs at a time; the others wait here and then find the plugin.
-    let lock = File::create(cache.join(".install.lock")).map_err(|e| {
-        fail(format!(
-            "cannot create a lock file in {}: {e}",
-            cache.display()
-        ))
-    })?;
-    lock.lock()
-        .map_err(|e| fail(format!("cannot lock {}: {e}", cache.display())))?;
+    let lock = File::create(cache.join(".install.lock"))
+        .map_err(|e| fail(format!("cannot create a lock file in {}: {e}", cache.display())))?;
+    lock.lock().map_err(|e| fail(format!("cannot lock {}: {e}", cache.display())))?;
     let plugin = cpu_plugin_path(cache);
     if plugin.is_file() {
         return Ok(plugin);
@@ -120,8 +103,7 @@ pub fn install_cpu_plugin(cache: &Path) -> Result<PathBuf> {
     // remove: both live in podracer's cache under names only podracer uses.
     for stale in [&partial, &target] {
         if stale.exists() {
-            fs::remove_dir_all(stale)
-                .map_err(|e| fail(format!("cannot remove {}: {e}", stale.display())))?;
+            fs::remove_dir_all(stale).map_err(|e| fail(format!("cannot remove {}: {e}", stale.display())))?;
         }
     }
 
@@ -130,14 +112,7 @@ pub fn install_cpu_plugin(cache: &Path) -> Result<PathBuf> {
         target.display()
     );
     let status = Command::new("python3")
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "--target",
-        ])
+        .args(["-m", "pip", "install", "--no-deps", "--disable-pip-version-check", "--target"])
         .arg(&partial)
         .arg(&requirement)
         .stdin(Stdio::null())
@@ -157,12 +132,7 @@ pub fn install_cpu_plugin(cache: &Path) -> Result<PathBuf> {
         let _ = fs::remove_dir_all(&partial);
         return Err(fail(reason));
     }
-    fs::rename(&partial, &target).map_err(|e| {
-        fail(format!(
-            "cannot move {} to {}: {e}",
-            partial.display(),
-            target.display()
-        ))
-    })?;
+    fs::rename(&partial, &target)
+        .map_err(|e| fail(format!("cannot move {} to {}: {e}", partial.display(), target.display())))?;
     Ok(plugin)
 }

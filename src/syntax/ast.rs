@@ -171,15 +171,25 @@ pub enum ExprKind {
     /// `(a, b)`; `()` is the empty tuple. `(a)` is just `a` and has no node.
     Tuple(Vec<Expr>),
     /// `Dense { w: ..., b }`: field shorthand `b` means `b: b`.
-    Struct { name: Ident, fields: Vec<(Ident, Expr)> },
+    Struct {
+        name: Ident,
+        fields: Vec<(Ident, Expr)>,
+    },
     /// `e.name`
     Field(Box<Expr>, Ident),
     /// `e.0`
     TupleField(Box<Expr>, u32, Span),
     /// `f(a, b)`
-    Call { func: Ident, args: Vec<Expr> },
+    Call {
+        func: Ident,
+        args: Vec<Expr>,
+    },
     /// `e.f(a, b)`, which means `f(e, a, b)`.
-    Method { receiver: Box<Expr>, method: Ident, args: Vec<Expr> },
+    Method {
+        receiver: Box<Expr>,
+        method: Ident,
+        args: Vec<Expr>,
+    },
     /// `e[i, :, a:b]`
     Index(Box<Expr>, Vec<Index>),
     Unary(UnOp, Box<Expr>),
@@ -187,10 +197,21 @@ pub enum ExprKind {
     /// `e as f32`
     Cast(Box<Expr>, Ident),
     /// `if c { a } else { b }`; `else if` nests another `If` in `else_`.
-    If { cond: Box<Expr>, then: Block, else_: Box<Expr> },
+    If {
+        cond: Box<Expr>,
+        then: Block,
+        else_: Box<Expr>,
+    },
     /// `for i in LO..HI carry PAT = INIT { BODY }`: the body's value is the next carry,
     /// and the loop's value is the last carry.
-    For { var: Pat, lo: Box<Expr>, hi: Box<Expr>, carry: Pat, init: Box<Expr>, body: Block },
+    For {
+        var: Pat,
+        lo: Box<Expr>,
+        hi: Box<Expr>,
+        carry: Pat,
+        init: Box<Expr>,
+        body: Block,
+    },
     Block(Block),
 }
 

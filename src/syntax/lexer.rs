@@ -10,7 +10,9 @@ pub type Spanned<'s> = (usize, Tok<'s>, usize);
 
 /// The lexer's result: every valid token, plus a diagnostic for each invalid stretch.
 pub struct Lexed<'s> {
+    /// The tokens in source order; comments and whitespace are gone.
     pub tokens: Vec<Spanned<'s>>,
+    /// E0003, E0004 and E0005, in source order.
     pub diags: Vec<Diag>,
     /// Start offsets of the tokens that directly follow a skipped invalid stretch. A parse
     /// error at one of them is a consequence of the lexical error, and is not reported twice.
@@ -22,12 +24,7 @@ pub struct Lexed<'s> {
 /// Splits `src` into tokens. Never fails: invalid characters, unterminated comments and
 /// oversized integers each give a diagnostic (E0003, E0004, E0005), and lexing goes on.
 pub fn lex(file: FileId, src: &str) -> Lexed<'_> {
-    let mut out = Lexed {
-        tokens: vec![],
-        diags: vec![],
-        after_error: vec![],
-        eof_after_error: false,
-    };
+    let mut out = Lexed { tokens: vec![], diags: vec![], after_error: vec![], eof_after_error: false };
     // A run of adjacent invalid characters is reported once.
     let mut bad_run: Option<(usize, usize)> = None;
     let mut pending_error = false;
@@ -61,13 +58,8 @@ pub fn lex(file: FileId, src: &str) -> Lexed<'_> {
                 }
                 let open = Span::new(file, span.start, span.start + 2);
                 out.diags.push(
-                    Diag::new(
-                        "E0004",
-                        "unterminated block comment",
-                        open,
-                        "this comment is never closed",
-                    )
-                    .with_note("block comments nest: each `/*` needs its own `*/`"),
+                    Diag::new("E0004", "unterminated block comment", open, "this comment is never closed")
+                        .with_note("block comments nest: each `/*` needs its own `*/`"),
                 );
                 pending_error = true;
             }
@@ -86,14 +78,7 @@ pub fn lex(file: FileId, src: &str) -> Lexed<'_> {
 
 /// Pushes a token, first splitting a float that follows a `.`: in `t.0.1` the automaton
 /// sees `t`, `.`, `0.1`, but the only reading that parses is two tuple fields.
-fn push_token<'s>(
-    out: &mut Lexed<'s>,
-    file: FileId,
-    src: &'s str,
-    tok: Tok<'s>,
-    start: usize,
-    end: usize,
-) {
+fn push_token<'s>(out: &mut Lexed<'s>, file: FileId, src: &'s str, tok: Tok<'s>, start: usize, end: usize) {
     let after_dot = matches!(out.tokens.last(), Some((_, Tok::Dot, _)));
     let text = src.get(start..end).unwrap_or("");
     if let (Tok::Float(_), true) = (tok, after_dot)
@@ -120,13 +105,8 @@ fn push_int(out: &mut Lexed<'_>, file: FileId, digits: &str, start: usize, end: 
 }
 
 fn int_too_large(file: FileId, start: usize, end: usize) -> Diag {
-    Diag::new(
-        "E0005",
-        "integer literal is too large",
-        Span::new(file, start, end),
-        "does not fit in 64 bits",
-    )
-    .with_note(format!("the largest integer literal is {}", u64::MAX))
+    Diag::new("E0005", "integer literal is too large", Span::new(file, start, end), "does not fit in 64 bits")
+        .with_note(format!("the largest integer literal is {}", u64::MAX))
 }
 
 /// E0003 for the invalid characters in `start..end`.
@@ -138,31 +118,12 @@ fn invalid_chars(file: FileId, src: &str, (start, mut end): (usize, usize)) -> D
     let text = src.get(start..end).unwrap_or("");
     let shown: String = text
         .chars()
-        .map(|c| {
-            if c.is_control() || c.is_whitespace() {
-                c.escape_debug().to_string()
-            } else {
-                c.to_string()
-            }
-        })
+        .map(|c| if c.is_control() || c.is_whitespace() { c.escape_debug().to_string() } else { c.to_string() })
         .collect();
     let several = text.chars().nth(1).is_some();
-    let quoted = if shown.contains('`') {
-        format!("'{shown}'")
-    } else {
-        format!("`{shown}`")
-    };
-    let message = if several {
-        format!("invalid characters {quoted}")
-    } else {
-        format!("invalid character {quoted}")
-    };
-    let diag = Diag::new(
-        "E0003",
-        message,
-        Span::new(file, start, end),
-        "not part of any token",
-    );
+    let quoted = if shown.contains('`') { format!("'{shown}'") } else { format!("`{shown}`") };
+    let message = if several { format!("invalid characters {quoted}") } else { format!("invalid character {quoted}") };
+    let diag = Diag::new("E0003", message, Span::new(file, start, end), "not part of any token");
     match text {
         "&" => diag.with_help("logical and is written `&&`"),
         "|" => diag.with_help("logical or is written `||`"),

@@ -18,10 +18,11 @@
 //! | E0006 | chained comparison, `a < b < c` |
 //! | E0007 | expression nested too deeply (more than 256 levels) |
 //!
-//! After an error the parser skips to the next item (`fn`, `struct`, `const`, `use`), or,
-//! inside a `let` statement, to its `;`. The returned module holds every item that parsed,
-//! including those from which a broken `let` was dropped, so later phases should not run
-//! on a module whose parse reported errors.
+//! After a syntax error the parser skips to the next item (`fn`, `struct`, `const`, `use`),
+//! or, inside a `let` statement, to its `;`; at most 100 syntax errors are reported per
+//! file. The returned module holds every item that parsed, including those from which a
+//! broken `let` was dropped, so later phases should not run on a module whose parse
+//! reported errors.
 
 pub mod ast;
 pub mod lexer;

@@ -10,13 +10,7 @@ use lalrpop_util::{ErrorRecovery, ParseError};
 use std::convert::Infallible;
 
 lalrpop_util::lalrpop_mod!(
-    #[allow(
-        clippy::all,
-        clippy::pedantic,
-        unused_qualifications,
-        unused_imports,
-        dead_code
-    )]
+    #[allow(clippy::all, clippy::pedantic, unused_qualifications, unused_imports, dead_code)]
     grammar,
     "/pod.rs"
 );
@@ -28,6 +22,10 @@ pub const DTYPE_NAMES: [&str; 4] = ["f32", "i32", "u32", "bool"];
 /// The deepest nesting the parser accepts (see [`nesting_bound`]). Every later phase walks
 /// the tree recursively, so an absurdly deep expression must stop here, not overflow a stack.
 const MAX_NESTING: usize = 256;
+
+/// Syntax errors reported per file. Past this many, later ones are almost surely cascades,
+/// and explaining each costs a scan of the tokens before it.
+const MAX_SYNTAX_ERRORS: usize = 100;
 
 type Recovered<'s> = ErrorRecovery<usize, Tok<'s>, Infallible>;
 type SyntaxError<'s> = ParseError<usize, Tok<'s>, Infallible>;
@@ -45,10 +43,7 @@ pub(crate) struct Sink<'s> {
 pub fn parse(file: FileId, src: &str) -> (Module, Vec<Diag>) {
     let lexed = lexer::lex(file, src);
     let mut diags = lexed.diags;
-    let empty = Module {
-        uses: vec![],
-        items: vec![],
-    };
+    let empty = Module { uses: vec![], items: vec![] };
     if let Some((start, end)) = nesting_bound(&lexed.tokens) {
         diags.push(
             Diag::new(
@@ -57,9 +52,7 @@ pub fn parse(file: FileId, src: &str) -> (Module, Vec<Diag>) {
                 Span::new(file, start, end),
                 "nesting limit reached here",
             )
-            .with_note(format!(
-                "podracer accepts at most {MAX_NESTING} levels of nested expressions"
-            )),
+            .with_note(format!("podracer accepts at most {MAX_NESTING} levels of nested expressions")),
         );
         return (empty, diags);
     }
@@ -69,10 +62,7 @@ pub fn parse(file: FileId, src: &str) -> (Module, Vec<Diag>) {
         Ok(module) => module,
         // Only reachable when recovery fails, which the item-level `!` should prevent.
         Err(error) => {
-            sink.recovered.push(ErrorRecovery {
-                error,
-                dropped_tokens: vec![],
-            });
+            sink.recovered.push(ErrorRecovery { error, dropped_tokens: vec![] });
             empty
         }
     };
@@ -83,11 +73,7 @@ pub fn parse(file: FileId, src: &str) -> (Module, Vec<Diag>) {
         after_error: &lexed.after_error,
         eof_after_error: lexed.eof_after_error,
     };
-    diags.extend(
-        sink.recovered
-            .into_iter()
-            .filter_map(|r| ctx.syntax_error(r.error)),
-    );
+    diags.extend(sink.recovered.into_iter().filter_map(|r| ctx.syntax_error(r.error)).take(MAX_SYNTAX_ERRORS));
     diags.extend(sink.diags);
     diags.sort_by_key(|d| (d.primary.0.start, d.primary.0.end));
     (module, diags)
@@ -96,17 +82,11 @@ pub fn parse(file: FileId, src: &str) -> (Module, Vec<Diag>) {
 // ----- helpers for the grammar's actions
 
 pub(crate) fn expr(kind: ExprKind, lo: usize, hi: usize, file: FileId) -> Expr {
-    Expr {
-        kind,
-        span: Span::new(file, lo, hi),
-    }
+    Expr { kind, span: Span::new(file, lo, hi) }
 }
 
 pub(crate) fn binary(op: BinOp, l: Expr, r: Expr, span: Span) -> Expr {
-    Expr {
-        kind: ExprKind::Binary(op, Box::new(l), Box::new(r)),
-        span,
-    }
+    Expr { kind: ExprKind::Binary(op, Box::new(l), Box::new(r)), span }
 }
 
 /// `(e)` is `e` (its span widened to the parentheses), `()`, `(e,)` and `(a, b)` are tuples.
@@ -115,10 +95,7 @@ pub(crate) fn paren_or_tuple(mut items: Vec<Expr>, last: Option<Expr>, span: Spa
         Some(e) if items.is_empty() => Expr { span, ..e },
         last => {
             items.extend(last);
-            Expr {
-                kind: ExprKind::Tuple(items),
-                span,
-            }
+            Expr { kind: ExprKind::Tuple(items), span }
         }
     }
 }
@@ -129,10 +106,7 @@ pub(crate) fn tuple_type(mut items: Vec<Type>, last: Option<Type>, span: Span) -
         Some(t) if items.is_empty() => Type { span, ..t },
         last => {
             items.extend(last);
-            Type {
-                kind: TypeKind::Tuple(items),
-                span,
-            }
+            Type { kind: TypeKind::Tuple(items), span }
         }
     }
 }
@@ -151,10 +125,7 @@ pub(crate) fn tuple_pat(mut items: Vec<Pat>, last: Option<Pat>, span: Span) -> P
 /// A type written as a bare name: a scalar if it is a dtype, else a struct without arguments.
 pub(crate) fn word_type(name: Ident, span: Span) -> Type {
     let kind = if DTYPE_NAMES.contains(&name.name.as_str()) {
-        TypeKind::Array {
-            dtype: name,
-            dims: vec![],
-        }
+        TypeKind::Array { dtype: name, dims: vec![] }
     } else {
         TypeKind::Named { name, args: vec![] }
     };
@@ -162,38 +133,19 @@ pub(crate) fn word_type(name: Ident, span: Span) -> Type {
 }
 
 /// `e.3`; an index beyond `u32` is reported (E0005) and clamped.
-pub(crate) fn tuple_field(
-    sink: &mut Sink<'_>,
-    e: Expr,
-    index: u64,
-    index_span: Span,
-    span: Span,
-) -> Expr {
+pub(crate) fn tuple_field(sink: &mut Sink<'_>, e: Expr, index: u64, index_span: Span, span: Span) -> Expr {
     let index = u32::try_from(index).unwrap_or_else(|_| {
-        sink.diags.push(Diag::new(
-            "E0005",
-            "tuple index is too large",
-            index_span,
-            "does not fit in 32 bits",
-        ));
+        sink.diags.push(Diag::new("E0005", "tuple index is too large", index_span, "does not fit in 32 bits"));
         u32::MAX
     });
-    Expr {
-        kind: ExprKind::TupleField(Box::new(e), index, index_span),
-        span,
-    }
+    Expr { kind: ExprKind::TupleField(Box::new(e), index, index_span), span }
 }
 
 /// E0006, for the second operator of `a < b < c` (`first` is `a < b`).
 pub(crate) fn chained_comparison(first: &Expr, op: Span) -> Diag {
-    Diag::new(
-        "E0006",
-        "comparison operators cannot be chained",
-        op,
-        "second comparison",
-    )
-    .with_label(first.span, "this is already a comparison")
-    .with_help("join two comparisons with `&&`, as in `a < b && b < c`")
+    Diag::new("E0006", "comparison operators cannot be chained", op, "second comparison")
+        .with_label(first.span, "this is already a comparison")
+        .with_help("join two comparisons with `&&`, as in `a < b && b < c`")
 }
 
 // ----- diagnostics
@@ -211,18 +163,15 @@ impl ErrorContext<'_, '_> {
     /// The diagnostic for one syntax error, or `None` when a lexical error already explains it.
     fn syntax_error(&self, error: SyntaxError<'_>) -> Option<Diag> {
         match error {
-            ParseError::UnrecognizedToken {
-                token: (start, tok, end),
-                expected,
-            } => {
+            ParseError::UnrecognizedToken { token: (start, tok, end), expected } => {
                 if self.after_error.contains(&start) {
                     return None;
                 }
                 Some(self.unexpected(start, tok, end, &expected))
             }
-            ParseError::ExtraToken {
-                token: (start, tok, end),
-            } => Some(self.unexpected(start, tok, end, &["end of file".to_string()])),
+            ParseError::ExtraToken { token: (start, tok, end) } => {
+                Some(self.unexpected(start, tok, end, &["end of file".to_string()]))
+            }
             ParseError::UnrecognizedEof { location, expected } => {
                 if self.eof_after_error {
                     return None;
@@ -232,12 +181,7 @@ impl ErrorContext<'_, '_> {
             // The lexer hands over only known tokens, but a clear message costs nothing.
             ParseError::InvalidToken { location } => {
                 let span = Span::new(self.file, location, location);
-                Some(Diag::new(
-                    "E0001",
-                    "unexpected token",
-                    span,
-                    "unexpected token",
-                ))
+                Some(Diag::new("E0001", "unexpected token", span, "unexpected token"))
             }
             ParseError::User { error } => match error {},
         }
@@ -250,29 +194,16 @@ impl ErrorContext<'_, '_> {
             Some(expected) => format!("{expected}, found {found}"),
             None => format!("unexpected {found}"),
         };
-        let diag = Diag::new(
-            "E0001",
-            message,
-            Span::new(self.file, start, end),
-            format!("unexpected {found}"),
-        );
+        let diag = Diag::new("E0001", message, Span::new(self.file, start, end), format!("unexpected {found}"));
         let at = self.tokens.partition_point(|&(s, _, _)| s < start);
         // `f(a, b;` or `f(a, b }`: the list ended while a bracket was still open. (A `{` is
         // only blamed for a wrong closer: in `struct S { a: f32; }` it is closed later.)
-        let innermost = self
-            .tokens
-            .get(..at)
-            .map(unclosed_delimiters)
-            .and_then(|open| open.last().copied());
+        let innermost = self.tokens.get(..at).map(unclosed_delimiters).and_then(|open| open.last().copied());
         let diag = match (innermost, tok) {
-            (Some((lo, Tok::LParen, hi)), Tok::Semi | Tok::RBracket | Tok::RBrace)
-                if has(expected, ")") =>
-            {
+            (Some((lo, Tok::LParen, hi)), Tok::Semi | Tok::RBracket | Tok::RBrace) if has(expected, ")") => {
                 diag.with_label(Span::new(self.file, lo, hi), "unclosed delimiter")
             }
-            (Some((lo, Tok::LBracket, hi)), Tok::Semi | Tok::RParen | Tok::RBrace)
-                if has(expected, "]") =>
-            {
+            (Some((lo, Tok::LBracket, hi)), Tok::Semi | Tok::RParen | Tok::RBrace) if has(expected, "]") => {
                 diag.with_label(Span::new(self.file, lo, hi), "unclosed delimiter")
             }
             (Some((lo, Tok::LBrace, hi)), Tok::RParen | Tok::RBracket) if has(expected, "}") => {
@@ -298,18 +229,8 @@ impl ErrorContext<'_, '_> {
     }
 
     /// Adds the help that fits the error at token index `at` (`found`, or the end of file).
-    fn with_help(
-        &self,
-        diag: Diag,
-        at: usize,
-        found: Option<Tok<'_>>,
-        expected: &[String],
-    ) -> Diag {
-        let before = |n: usize| {
-            at.checked_sub(n)
-                .and_then(|i| self.tokens.get(i))
-                .map(|t| t.1)
-        };
+    fn with_help(&self, diag: Diag, at: usize, found: Option<Tok<'_>>, expected: &[String]) -> Diag {
+        let before = |n: usize| at.checked_sub(n).and_then(|i| self.tokens.get(i)).map(|t| t.1);
         let help = if has(expected, "else") {
             "`if` is an expression, so it needs an `else` branch".to_string()
         } else if has(expected, "carry") {
@@ -318,16 +239,11 @@ impl ErrorContext<'_, '_> {
             "a block must end with an expression, which is its value".to_string()
         } else if found == Some(Tok::Assign) && has(expected, "==") {
             "to compare two values, use `==`".to_string()
-        } else if let (
-            Some(Tok::Colon),
-            Some(Tok::Name(_)),
-            Some(Tok::LBrace),
-            Some(Tok::Name(_)),
-        ) = (found, before(1), before(2), before(3))
+        } else if let (Some(Tok::Colon), Some(Tok::Name(_)), Some(Tok::LBrace), Some(Tok::Name(_))) =
+            (found, before(1), before(2), before(3))
         {
             // `if x == S { a: 1 } { ... }`: `S` ended the condition, and `{ a:` opened a block.
-            "a struct literal in an `if` condition or a `for` header needs parentheses: `(S { .. })`"
-                .to_string()
+            "a struct literal in an `if` condition or a `for` header needs parentheses: `(S { .. })`".to_string()
         } else if has(expected, ";") {
             let what = match self.enclosing_statement(at) {
                 Some(Tok::Let) => "the `let` statement",
@@ -365,25 +281,11 @@ fn has(expected: &[String], terminal: &str) -> bool {
 
 /// Tokens that can start an expression: when all are expected, the message says
 /// "an expression" instead of listing them.
-const EXPR_START: [&str; 12] = [
-    "identifier",
-    "integer",
-    "float",
-    "true",
-    "false",
-    "(",
-    "[",
-    "{",
-    "-",
-    "!",
-    "if",
-    "for",
-];
+const EXPR_START: [&str; 12] =
+    ["identifier", "integer", "float", "true", "false", "(", "[", "{", "-", "!", "if", "for"];
 
 /// Binary operators: when several are expected, the message says "an operator".
-const BINARY_OPS: [&str; 15] = [
-    "+", "-", "*", "/", "%", "**", "@", "==", "!=", "<", "<=", ">", ">=", "&&", "||",
-];
+const BINARY_OPS: [&str; 15] = ["+", "-", "*", "/", "%", "**", "@", "==", "!=", "<", "<=", ">", ">=", "&&", "||"];
 
 /// Postfix forms, folded into "an operator" along with the binary operators.
 const POSTFIX_OPS: [&str; 4] = ["as", ".", "[", "("];

@@ -104,11 +104,7 @@ fn atom(s: impl Into<String>) -> Doc {
 }
 
 fn list(head: usize, items: Vec<Doc>) -> Doc {
-    Doc::List {
-        items,
-        head,
-        force: false,
-    }
+    Doc::List { items, head, force: false }
 }
 
 impl Doc {
@@ -148,11 +144,7 @@ impl Doc {
         // A head too long for the line keeps only its leading atoms there (a function's
         // header, say), and its lists break on the lines below like the other children.
         if indent + 1 + head_line.join(" ").len() > WIDTH {
-            let atoms = items
-                .iter()
-                .take(*head)
-                .take_while(|d| matches!(d, Doc::Atom(_)))
-                .count();
+            let atoms = items.iter().take(*head).take_while(|d| matches!(d, Doc::Atom(_))).count();
             head_line.truncate(atoms.max(1));
         }
         out.push('(');
@@ -176,46 +168,25 @@ fn generics_doc(generics: &[Ident]) -> Option<Doc> {
 
 fn item_doc(item: &Item) -> Doc {
     match item {
-        Item::Const(c) => list(
-            2,
-            vec![
-                atom("const"),
-                atom(format!("{}: {}", c.name.name, print_type(&c.ty))),
-                expr_doc(&c.value),
-            ],
-        ),
+        Item::Const(c) => {
+            list(2, vec![atom("const"), atom(format!("{}: {}", c.name.name, print_type(&c.ty))), expr_doc(&c.value)])
+        }
         Item::Struct(s) => {
             let mut items = vec![atom("struct"), atom(&s.name.name)];
             items.extend(generics_doc(&s.generics));
             let head = items.len();
-            items.extend(
-                s.fields
-                    .iter()
-                    .map(|(name, ty)| atom(format!("({}: {})", name.name, print_type(ty)))),
-            );
-            Doc::List {
-                force: !s.fields.is_empty(),
-                items,
-                head,
-            }
+            items.extend(s.fields.iter().map(|(name, ty)| atom(format!("({}: {})", name.name, print_type(ty)))));
+            Doc::List { force: !s.fields.is_empty(), items, head }
         }
         Item::Fn(f) => {
             let mut items = vec![atom("fn"), atom(&f.name.name)];
             items.extend(generics_doc(&f.generics));
-            items.extend(
-                f.params
-                    .iter()
-                    .map(|(name, ty)| atom(format!("({}: {})", name.name, print_type(ty)))),
-            );
+            items.extend(f.params.iter().map(|(name, ty)| atom(format!("({}: {})", name.name, print_type(ty)))));
             items.push(atom("->"));
             items.push(atom(print_type(&f.ret)));
             let head = items.len();
             items.extend(block_docs(&f.body));
-            Doc::List {
-                items,
-                head,
-                force: true,
-            }
+            Doc::List { items, head, force: true }
         }
     }
 }
@@ -237,11 +208,7 @@ fn let_doc(l: &Let) -> Doc {
 
 /// An `if` branch: just its value when it has no statements, else `(block ...)`.
 fn branch_doc(b: &Block) -> Doc {
-    if b.stmts.is_empty() {
-        expr_doc(&b.value)
-    } else {
-        block_doc(b)
-    }
+    if b.stmts.is_empty() { expr_doc(&b.value) } else { block_doc(b) }
 }
 
 fn block_doc(b: &Block) -> Doc {
@@ -286,27 +253,17 @@ fn expr_doc(e: &Expr) -> Doc {
         ExprKind::Tuple(items) => with("tuple", 1, all(items)),
         ExprKind::Struct { name, fields } => {
             let mut items = vec![atom(&name.name)];
-            items.extend(
-                fields
-                    .iter()
-                    .map(|(f, v)| list(1, vec![atom(format!("{}:", f.name)), expr_doc(v)])),
-            );
+            items.extend(fields.iter().map(|(f, v)| list(1, vec![atom(format!("{}:", f.name)), expr_doc(v)])));
             with("struct", 2, items)
         }
         ExprKind::Field(base, name) => with("field", 1, vec![expr_doc(base), atom(&name.name)]),
-        ExprKind::TupleField(base, i, _) => {
-            with("field", 1, vec![expr_doc(base), atom(i.to_string())])
-        }
+        ExprKind::TupleField(base, i, _) => with("field", 1, vec![expr_doc(base), atom(i.to_string())]),
         ExprKind::Call { func, args } => {
             let mut items = vec![atom(&func.name)];
             items.extend(all(args));
             with("call", 2, items)
         }
-        ExprKind::Method {
-            receiver,
-            method,
-            args,
-        } => {
+        ExprKind::Method { receiver, method, args } => {
             let mut items = vec![atom(&method.name), expr_doc(receiver)];
             items.extend(all(args));
             with("method", 2, items)
@@ -333,21 +290,11 @@ fn expr_doc(e: &Expr) -> Doc {
             };
             with("if", 2, vec![expr_doc(cond), branch_doc(then), else_doc])
         }
-        ExprKind::For {
-            var,
-            lo,
-            hi,
-            carry,
-            init,
-            body,
-        } => {
+        ExprKind::For { var, lo, hi, carry, init, body } => {
             let mut items = vec![
                 atom(print_pat(var)),
                 list(1, vec![atom("range"), expr_doc(lo), expr_doc(hi)]),
-                list(
-                    2,
-                    vec![atom("carry"), atom(print_pat(carry)), expr_doc(init)],
-                ),
+                list(2, vec![atom("carry"), atom(print_pat(carry)), expr_doc(init)]),
             ];
             items.extend(block_docs(body));
             with("for", 4, items)

@@ -11,11 +11,7 @@ use crate::diag::{Diag, SourceMap, render_plain};
 /// Parses a program that must be valid, failing with the rendered errors otherwise.
 fn parse_ok(src: &str) -> Module {
     let (m, diags) = parse(0, src);
-    assert!(
-        diags.is_empty(),
-        "unexpected errors:\n{}",
-        render(src, &diags)
-    );
+    assert!(diags.is_empty(), "unexpected errors:\n{}", render(src, &diags));
     m
 }
 
@@ -46,11 +42,7 @@ fn codes(src: &str) -> Vec<&'static str> {
 
 fn tokens(src: &str) -> Vec<Tok<'_>> {
     let lexed = lex(0, src);
-    assert!(
-        lexed.diags.is_empty(),
-        "unexpected lexer errors: {:?}",
-        lexed.diags
-    );
+    assert!(lexed.diags.is_empty(), "unexpected lexer errors: {:?}", lexed.diags);
     lexed.tokens.into_iter().map(|(_, t, _)| t).collect()
 }
 
@@ -170,10 +162,7 @@ fn precedence() {
         ("a ** b ** c", "(** a (** b c))"),
         ("!a == b", "(== (not a) b)"),
         ("- -x", "(neg (neg x))"),
-        (
-            "a.b.c(d)[0] ** 2",
-            "(** (index (method c (field a b) d) 0) 2)",
-        ),
+        ("a.b.c(d)[0] ** 2", "(** (index (method c (field a b) d) 0) 2)"),
         ("(a + b) * c", "(* (+ a b) c)"),
         ("-(a)", "(neg a)"),
         ("f(x)[1:] .0", "(field (index (call f x) (: 1 _)) 0)"),
@@ -188,10 +177,7 @@ fn precedence() {
 #[test]
 fn comparisons_do_not_chain() {
     assert_eq!(codes("fn f() -> bool { a < b < c }"), ["E0006"]);
-    assert_eq!(
-        codes("fn f() -> bool { a == b != c <= d }"),
-        ["E0006", "E0006"]
-    );
+    assert_eq!(codes("fn f() -> bool { a == b != c <= d }"), ["E0006", "E0006"]);
     assert_eq!(expr("(a < b) < c"), "(< (< a b) c)");
     assert_eq!(expr("a < b && b < c"), "(&& (< a b) (< b c))");
 }
@@ -200,18 +186,9 @@ fn comparisons_do_not_chain() {
 fn struct_literals_not_in_conditions() {
     // `N { ... }` would be a struct literal; in a condition the `{` opens the branch.
     assert_eq!(expr("if x == N { 1 } else { 2 }"), "(if (== x N) 1 2)");
-    assert_eq!(
-        expr("for i in 0..N carry s = S { s }"),
-        "(for i (range 0 N) (carry s S) s)"
-    );
-    assert_eq!(
-        expr("if f(S { x: 1 }) { 1 } else { 2 }"),
-        "(if (call f (struct S (x: 1))) 1 2)"
-    );
-    assert_eq!(
-        expr("if [S { x: 1 }][0].x { 1 } else { 2 }"),
-        "(if (field (index (array (struct S (x: 1))) 0) x) 1 2)"
-    );
+    assert_eq!(expr("for i in 0..N carry s = S { s }"), "(for i (range 0 N) (carry s S) s)");
+    assert_eq!(expr("if f(S { x: 1 }) { 1 } else { 2 }"), "(if (call f (struct S (x: 1))) 1 2)");
+    assert_eq!(expr("if [S { x: 1 }][0].x { 1 } else { 2 }"), "(if (field (index (array (struct S (x: 1))) 0) x) 1 2)");
 }
 
 // ----- spans
@@ -220,29 +197,19 @@ fn struct_literals_not_in_conditions() {
 fn spans_cover_the_whole_text() {
     let src = "fn f(x: f32) -> f32 { let y = (x + 1) * 2; -y.0 ** 2 }";
     let m = parse_ok(src);
-    let Some(Item::Fn(f)) = m.items.first() else {
-        panic!("expected a function")
-    };
+    let Some(Item::Fn(f)) = m.items.first() else { panic!("expected a function") };
     let text = |s: super::span::Span| &src[s.start as usize..s.end as usize];
     assert_eq!(text(f.span), src);
     assert_eq!(text(f.body.span), "{ let y = (x + 1) * 2; -y.0 ** 2 }");
     let stmt = &f.body.stmts[0];
     assert_eq!(text(stmt.span), "let y = (x + 1) * 2;");
     assert_eq!(text(stmt.value.span), "(x + 1) * 2");
-    let ExprKind::Binary(_, lhs, _) = &stmt.value.kind else {
-        panic!("expected a product")
-    };
+    let ExprKind::Binary(_, lhs, _) = &stmt.value.kind else { panic!("expected a product") };
     assert_eq!(text(lhs.span), "(x + 1)");
     assert_eq!(text(f.body.value.span), "-y.0 ** 2");
-    let ExprKind::Unary(_, pow) = &f.body.value.kind else {
-        panic!("expected a negation")
-    };
-    let ExprKind::Binary(_, base, _) = &pow.kind else {
-        panic!("expected a power")
-    };
-    let ExprKind::TupleField(_, 0, index) = &base.kind else {
-        panic!("expected a tuple field")
-    };
+    let ExprKind::Unary(_, pow) = &f.body.value.kind else { panic!("expected a negation") };
+    let ExprKind::Binary(_, base, _) = &pow.kind else { panic!("expected a power") };
+    let ExprKind::TupleField(_, 0, index) = &base.kind else { panic!("expected a tuple field") };
     assert_eq!(text(base.span), "y.0");
     assert_eq!(text(*index), "0");
 }
@@ -255,23 +222,14 @@ fn floats_ranges_and_tuple_fields() {
     assert_eq!(tokens("0..10"), [Int(0), DotDot, Int(10)]);
     assert_eq!(
         tokens("1.5 1e-3 2.5E+4 1.0e5 1_000.5"),
-        [
-            Float(1.5),
-            Float(1e-3),
-            Float(2.5e4),
-            Float(1.0e5),
-            Float(1000.5)
-        ]
+        [Float(1.5), Float(1e-3), Float(2.5e4), Float(1.0e5), Float(1000.5)]
     );
     assert_eq!(tokens("1. 1.e3"), [Int(1), Dot, Int(1), Dot, Name("e3")]);
     assert_eq!(tokens("t.0"), [Name("t"), Dot, Int(0)]);
     // `0.1` after a dot is two tuple fields, not a float.
     assert_eq!(tokens("t.0.1"), [Name("t"), Dot, Int(0), Dot, Int(1)]);
     assert_eq!(tokens("x.0..3"), [Name("x"), Dot, Int(0), DotDot, Int(3)]);
-    assert_eq!(
-        tokens("1_000 _ _x x_1"),
-        [Int(1000), Underscore, Name("_x"), Name("x_1")]
-    );
+    assert_eq!(tokens("1_000 _ _x x_1"), [Int(1000), Underscore, Name("_x"), Name("x_1")]);
 }
 
 #[test]
@@ -279,29 +237,13 @@ fn keywords_and_punctuation() {
     use Tok::*;
     assert_eq!(
         tokens("use const struct fn let if else for in carry as true false iff"),
-        [
-            Use,
-            Const,
-            Struct,
-            Fn,
-            Let,
-            If,
-            Else,
-            For,
-            In,
-            Carry,
-            As,
-            True,
-            False,
-            Name("iff")
-        ]
+        [Use, Const, Struct, Fn, Let, If, Else, For, In, Carry, As, True, False, Name("iff")]
     );
     assert_eq!(
         tokens("()[]{},;: :: . .. -> = + - * / % ** @ == != < <= > >= && || !"),
         [
-            LParen, RParen, LBracket, RBracket, LBrace, RBrace, Comma, Semi, Colon, PathSep, Dot,
-            DotDot, Arrow, Assign, Plus, Minus, Star, Slash, Percent, StarStar, At, EqEq, Ne, Lt,
-            Le, Gt, Ge, AndAnd, OrOr, Bang
+            LParen, RParen, LBracket, RBracket, LBrace, RBrace, Comma, Semi, Colon, PathSep, Dot, DotDot, Arrow,
+            Assign, Plus, Minus, Star, Slash, Percent, StarStar, At, EqEq, Ne, Lt, Le, Gt, Ge, AndAnd, OrOr, Bang
         ]
     );
 }
@@ -309,24 +251,15 @@ fn keywords_and_punctuation() {
 #[test]
 fn comments_nest() {
     use Tok::*;
-    assert_eq!(
-        tokens("a /* b /* c */ d */ e // f\ng"),
-        [Name("a"), Name("e"), Name("g")]
-    );
-    assert_eq!(
-        tokens("a /**/ b /* ** / */ c"),
-        [Name("a"), Name("b"), Name("c")]
-    );
+    assert_eq!(tokens("a /* b /* c */ d */ e // f\ng"), [Name("a"), Name("e"), Name("g")]);
+    assert_eq!(tokens("a /**/ b /* ** / */ c"), [Name("a"), Name("b"), Name("c")]);
     assert_eq!(codes("/* a /* b */"), ["E0004"]);
 }
 
 #[test]
 fn lexer_errors_recover() {
     assert_eq!(codes("fn f() -> i32 { 1 $ }"), ["E0003"]);
-    assert_eq!(
-        codes("fn f() -> i32 { 1 } # fn g() -> i32 { 2 € }"),
-        ["E0003", "E0003"]
-    );
+    assert_eq!(codes("fn f() -> i32 { 1 } # fn g() -> i32 { 2 € }"), ["E0003", "E0003"]);
     assert_eq!(codes("const A: i32 = 99999999999999999999;"), ["E0005"]);
     assert_eq!(codes("fn f(t: T) -> i32 { t.99999999999 }"), ["E0005"]);
     // A run of bad characters is one error, and the parse error it causes is not repeated.
@@ -339,12 +272,10 @@ fn lexer_errors_recover() {
 
 #[test]
 fn recovery_keeps_good_items() {
-    let src = "fn a() -> i32 { 1 + }\nfn b() -> i32 { 2 }\nfn c() -> i32 { let x = 1 let y = 2; y }\nstruct S { x: f32 }";
+    let src =
+        "fn a() -> i32 { 1 + }\nfn b() -> i32 { 2 }\nfn c() -> i32 { let x = 1 let y = 2; y }\nstruct S { x: f32 }";
     let (m, diags) = parse(0, src);
-    assert_eq!(
-        diags.iter().map(|d| d.code).collect::<Vec<_>>(),
-        ["E0001", "E0001"]
-    );
+    assert_eq!(diags.iter().map(|d| d.code).collect::<Vec<_>>(), ["E0001", "E0001"]);
     assert_eq!(
         print_module(&m),
         "(fn b -> i32\n  2)\n\n(fn c -> i32\n  y)\n\n(struct S\n  (x: f32))\n",
@@ -355,11 +286,7 @@ fn recovery_keeps_good_items() {
 #[test]
 fn messages() {
     let cases = [
-        (
-            "fn f(a: f32; b: f32) -> f32 { a }",
-            "expected one of `)`, `,`, `<` or `[`, found `;`",
-            None,
-        ),
+        ("fn f(a: f32; b: f32) -> f32 { a }", "expected one of `)`, `,`, `<` or `[`, found `;`", None),
         (
             "fn f() -> f32 { let a = 1 a }",
             "expected `;` or an operator, found identifier `a`",
@@ -370,11 +297,7 @@ fn messages() {
             "unexpected end of file, expected `;` or an operator",
             Some("add `;` after the `const` item"),
         ),
-        (
-            "fn f() -> f32 { let a = ; a }",
-            "expected an expression, found `;`",
-            None,
-        ),
+        ("fn f() -> f32 { let a = ; a }", "expected an expression, found `;`", None),
         (
             "fn f() -> f32 { let a = 1; }",
             "expected `let` or an expression, found `}`",
@@ -398,22 +321,14 @@ fn messages() {
         (
             "fn f() -> f32 { if s == S { x: 1 } { 1 } else { 2 } }",
             "expected `}`, found `:`",
-            Some(
-                "a struct literal in an `if` condition or a `for` header needs parentheses: `(S { .. })`",
-            ),
+            Some("a struct literal in an `if` condition or a `for` header needs parentheses: `(S { .. })`"),
         ),
         ("fn 1", "expected an identifier, found integer `1`", None),
-        (
-            "let x = 1;",
-            "expected one of `const`, `fn`, `struct` or `use`, found keyword `let`",
-            None,
-        ),
+        ("let x = 1;", "expected one of `const`, `fn`, `struct` or `use`, found keyword `let`", None),
     ];
     for (src, message, help) in cases {
         let (_, diags) = parse(0, src);
-        let first = diags
-            .first()
-            .map(|d| (d.message.as_str(), d.help.as_deref()));
+        let first = diags.first().map(|d| (d.message.as_str(), d.help.as_deref()));
         assert_eq!(first, Some((message, help)), "for `{src}`");
     }
 }
@@ -421,9 +336,7 @@ fn messages() {
 #[test]
 fn unclosed_delimiters_are_labelled() {
     let (_, diags) = parse(0, "fn f() -> f32 {\n    g(1, [2, 3]\n");
-    let [d] = diags.as_slice() else {
-        panic!("expected one error, got {diags:?}")
-    };
+    let [d] = diags.as_slice() else { panic!("expected one error, got {diags:?}") };
     assert_eq!(d.code, "E0002");
     let opened: Vec<u32> = d.secondary.iter().map(|(s, _)| s.start).collect();
     assert_eq!(opened, [14, 21], "the `{{` and the `(`");
@@ -431,22 +344,14 @@ fn unclosed_delimiters_are_labelled() {
 
 #[test]
 fn nesting_is_bounded() {
-    let deep = format!(
-        "fn f() -> i32 {{ {}1{} }}",
-        "(".repeat(100_000),
-        ")".repeat(100_000)
-    );
+    let deep = format!("fn f() -> i32 {{ {}1{} }}", "(".repeat(100_000), ")".repeat(100_000));
     assert_eq!(codes(&deep), ["E0007"]);
     let long = format!("fn f() -> i32 {{ 1{} }}", " + 1".repeat(100_000));
     assert_eq!(codes(&long), ["E0007"]);
     let unclosed = format!("fn f() -> i32 {{ {}", "-(".repeat(1_000));
     assert_eq!(codes(&unclosed), ["E0007"]);
     // Realistic depth is fine, and so are long flat lists.
-    let nested = format!(
-        "fn f() -> i32 {{ {}1{} }}",
-        "(1 + ".repeat(60),
-        ")".repeat(60)
-    );
+    let nested = format!("fn f() -> i32 {{ {}1{} }}", "(1 + ".repeat(60), ")".repeat(60));
     assert_eq!(codes(&nested), Vec::<&str>::new());
     let flat = format!("fn f() -> i32[3] {{ [{}] }}", "-1, ".repeat(100_000));
     assert_eq!(codes(&flat), Vec::<&str>::new());
@@ -457,22 +362,12 @@ fn nesting_is_bounded() {
 fn parse_error_fixtures() {
     insta::glob!("../../tests/ui/parse", "*.pod", |path| {
         let src = std::fs::read_to_string(path).unwrap_or_default();
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let mut map = SourceMap::default();
         let file = map.add(name, src.clone());
         let (_, diags) = parse(file, &src);
-        assert!(
-            !diags.is_empty(),
-            "{} parses without errors",
-            path.display()
-        );
-        insta::assert_snapshot!(format!(
-            "----- SOURCE CODE\n{src}\n----- ERROR\n{}",
-            render_plain(&map, &diags)
-        ));
+        assert!(!diags.is_empty(), "{} parses without errors", path.display());
+        insta::assert_snapshot!(format!("----- SOURCE CODE\n{src}\n----- ERROR\n{}", render_plain(&map, &diags)));
     });
 }
 
@@ -533,17 +428,9 @@ fn every_prefix_parses_without_panicking() {
         let (_, diags) = parse(0, prefix);
         render(prefix, &diags);
         let lexed = lex(0, prefix);
-        let at_item_end = lexed
-            .tokens
-            .last()
-            .is_none_or(|&(_, _, e)| ends.contains(&e));
+        let at_item_end = lexed.tokens.last().is_none_or(|&(_, _, e)| ends.contains(&e));
         let valid = lexed.diags.is_empty() && at_item_end;
-        assert_eq!(
-            diags.is_empty(),
-            valid,
-            "prefix {end}:\n{prefix}\n{}",
-            render(prefix, &diags)
-        );
+        assert_eq!(diags.is_empty(), valid, "prefix {end}:\n{prefix}\n{}", render(prefix, &diags));
     }
 }
 
@@ -551,20 +438,7 @@ fn every_prefix_parses_without_panicking() {
 #[test]
 fn mutations_parse_without_panicking() {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let pieces: [&[u8]; 12] = [
-        b"(",
-        b")",
-        b"{",
-        b"}",
-        b";",
-        b"..",
-        b"/*",
-        b"\xE2\x82",
-        b"\0",
-        b"let",
-        b"<",
-        b".",
-    ];
+    let pieces: [&[u8]; 12] = [b"(", b")", b"{", b"}", b";", b"..", b"/*", b"\xE2\x82", b"\0", b"let", b"<", b"."];
     for _ in 0..300 {
         let mut bytes = PROGRAM.as_bytes().to_vec();
         for _ in 0..=rng.below(3) {
@@ -590,16 +464,11 @@ fn mutations_parse_without_panicking() {
         print_module(&m);
     }
     // The comment is the only place where an extra opener would be harmless.
-    let comment_end = PROGRAM
-        .find("comment */")
-        .map_or(0, |i| i + "comment */".len());
+    let comment_end = PROGRAM.find("comment */").map_or(0, |i| i + "comment */".len());
     for _ in 0..200 {
         let at = comment_end + rng.below(PROGRAM.len() - comment_end);
         let opener = ["(", "[", "{"][rng.below(3)];
         let src = format!("{}{opener}{}", &PROGRAM[..at], &PROGRAM[at..]);
-        assert!(
-            !parse(0, &src).1.is_empty(),
-            "no error after inserting `{opener}` at {at}"
-        );
+        assert!(!parse(0, &src).1.is_empty(), "no error after inserting `{opener}` at {at}");
     }
 }

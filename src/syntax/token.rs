@@ -166,9 +166,7 @@ fn block_comment<'s>(lex: &mut Lexer<'s, Tok<'s>>) -> Result<(), LexError> {
 pub(crate) fn parse_int(digits: &str) -> Result<u64, LexError> {
     digits.chars().filter(|&c| c != '_').try_fold(0u64, |n, c| {
         let d = c.to_digit(10).ok_or(LexError::InvalidChar)?;
-        n.checked_mul(10)
-            .and_then(|n| n.checked_add(u64::from(d)))
-            .ok_or(LexError::IntTooLarge)
+        n.checked_mul(10).and_then(|n| n.checked_add(u64::from(d))).ok_or(LexError::IntTooLarge)
     })
 }
 

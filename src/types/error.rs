@@ -48,8 +48,11 @@ impl TypeError {
                     None => d,
                 }
             }
-            E::UnknownType { name, span } => Diag::new("E0102", format!("unknown type `{name}`"), span, "not a dtype or struct")
-                .with_help("dtypes are `f32`, `i32`, `u32` and `bool`; structs must be declared or imported with `use`"),
+            E::UnknownType { name, span } => {
+                Diag::new("E0102", format!("unknown type `{name}`"), span, "not a dtype or struct").with_help(
+                    "dtypes are `f32`, `i32`, `u32` and `bool`; structs must be declared or imported with `use`",
+                )
+            }
             E::UnknownModule { path, span, looked_in } => {
                 Diag::new("E0103", format!("unresolved module `{path}`"), span, "no such module")
                     .with_note(format!("looked for {looked_in}"))
@@ -57,13 +60,19 @@ impl TypeError {
             E::UnknownImport { module, name, span } => {
                 Diag::new("E0104", format!("no item `{name}` in module `{module}`"), span, "not found in that module")
             }
-            E::Duplicate { name, span, first } => Diag::new("E0105", format!("`{name}` is defined more than once"), span, "defined again here")
-                .with_label(first, "first defined here"),
+            E::Duplicate { name, span, first } => {
+                Diag::new("E0105", format!("`{name}` is defined more than once"), span, "defined again here")
+                    .with_label(first, "first defined here")
+            }
             E::Arity { what, expected, found, span, decl } => {
                 let s = |n: usize| if n == 1 { "" } else { "s" };
                 let d = Diag::new(
                     "E0201",
-                    format!("{what} takes {expected} argument{}, but {found} {} given", s(expected), if found == 1 { "was" } else { "were" }),
+                    format!(
+                        "{what} takes {expected} argument{}, but {found} {} given",
+                        s(expected),
+                        if found == 1 { "was" } else { "were" }
+                    ),
                     span,
                     format!("expected {expected} argument{}", s(expected)),
                 );
@@ -103,14 +112,11 @@ impl TypeError {
                     None => d,
                 }
             }
-            E::BranchMismatch { then_ty, else_ty, then_span, else_span } => Diag::new(
-                "E0206",
-                "`if` and `else` have different types",
-                else_span,
-                format!("this is `{else_ty}`"),
-            )
-            .with_label(then_span, format!("this is `{then_ty}`"))
-            .with_note("both branches of an `if` must have the same type"),
+            E::BranchMismatch { then_ty, else_ty, then_span, else_span } => {
+                Diag::new("E0206", "`if` and `else` have different types", else_span, format!("this is `{else_ty}`"))
+                    .with_label(then_span, format!("this is `{then_ty}`"))
+                    .with_note("both branches of an `if` must have the same type")
+            }
             E::CannotInferSize { param, func, span } => Diag::new(
                 "E0207",
                 format!("cannot infer the size `{param}` of `{func}`"),
@@ -134,7 +140,9 @@ impl TypeError {
             E::NotAStruct { ty, field, span } => {
                 Diag::new("E0211", format!("no field `{field}` on type `{ty}`"), span, "not a struct")
             }
-            E::NotATuple { ty, span } => Diag::new("E0212", format!("`{ty}` is not a tuple"), span, "cannot take a tuple field"),
+            E::NotATuple { ty, span } => {
+                Diag::new("E0212", format!("`{ty}` is not a tuple"), span, "cannot take a tuple field")
+            }
             E::TupleIndex { ty, index, span } => {
                 Diag::new("E0213", format!("no field `{index}` on tuple `{ty}`"), span, "index out of range")
             }

@@ -120,9 +120,7 @@ impl Ty {
                 out.push(ArrayTy::new(*d, shape));
             }
             Ty::Tuple(ts) => ts.iter().try_for_each(|t| t.push_leaves(out))?,
-            Ty::Struct(def, args) => {
-                Ty::struct_fields(def, args).iter().try_for_each(|(_, t)| t.push_leaves(out))?
-            }
+            Ty::Struct(def, args) => Ty::struct_fields(def, args).iter().try_for_each(|(_, t)| t.push_leaves(out))?,
             Ty::Error => return None,
         }
         Some(())

@@ -90,10 +90,7 @@ mod tests {
         assert_eq!(matmul(&k(&[2, 3]), &k(&[3])).map(|m| m.out), Ok(k(&[2])));
         assert_eq!(matmul(&k(&[3]), &k(&[3])).map(|m| m.out), Ok(k(&[])));
         assert_eq!(matmul(&k(&[5, 2, 3]), &k(&[5, 3, 4])).map(|m| m.out), Ok(k(&[5, 2, 4])));
-        assert_eq!(
-            matmul(&k(&[2, 3]), &k(&[2, 2])),
-            Err(MatMulError::Contract(Dim::Known(3), Dim::Known(2)))
-        );
+        assert_eq!(matmul(&k(&[2, 3]), &k(&[2, 2])), Err(MatMulError::Contract(Dim::Known(3), Dim::Known(2))));
         assert_eq!(matmul(&k(&[]), &k(&[2])), Err(MatMulError::Rank));
     }
 }

@@ -24,11 +24,7 @@ impl fmt::Debug for Buffer {
 
 impl Buffer {
     /// Copies `array` to device `device` of `client`.
-    pub(crate) fn upload(
-        client: &Arc<ClientHandle>,
-        array: &Array,
-        device: usize,
-    ) -> Result<Buffer> {
+    pub(crate) fn upload(client: &Arc<ClientHandle>, array: &Array, device: usize) -> Result<Buffer> {
         let ty = array.ty();
         if array.data.len() != ty.numel() {
             return Err(RuntimeError::Usage(format!(
@@ -59,14 +55,8 @@ impl Buffer {
             .into_iter()
             .map(usize::try_from)
             .collect::<std::result::Result<Vec<usize>, _>>()
-            .map_err(|_| {
-                RuntimeError::UnsupportedType("a buffer with a negative dimension".into())
-            })?;
-        Ok(Buffer {
-            handle,
-            ty: ArrayTy::new(dtype, shape),
-            device,
-        })
+            .map_err(|_| RuntimeError::UnsupportedType("a buffer with a negative dimension".into()))?;
+        Ok(Buffer { handle, ty: ArrayTy::new(dtype, shape), device })
     }
 
     pub(crate) fn handle(&self) -> &BufferHandle {

@@ -77,9 +77,8 @@ impl Client {
         let api = ffi::load(plugin)?;
         let mut int_options = Vec::new();
         if let Some(count) = options.cpu_device_count {
-            let count = i64::try_from(count).map_err(|_| {
-                RuntimeError::Usage(format!("cpu_device_count {count} is too large"))
-            })?;
+            let count = i64::try_from(count)
+                .map_err(|_| RuntimeError::Usage(format!("cpu_device_count {count} is too large")))?;
             int_options.push(("cpu_device_count", count));
         }
         let handle = Arc::new(ClientHandle::create(api, &int_options)?);
@@ -94,11 +93,7 @@ impl Client {
                 description: info.description.clone(),
             })
             .collect();
-        Ok(Client {
-            handle,
-            plugin: plugin.to_path_buf(),
-            devices,
-        })
+        Ok(Client { handle, plugin: plugin.to_path_buf(), devices })
     }
 
     /// The plugin's platform, e.g. "cpu" or "cuda".
@@ -133,20 +128,14 @@ impl Client {
     /// indices, distinct): replica `r` runs on `devices[r]`.
     pub fn compile_on(&self, mlir: &str, devices: &[usize]) -> Result<Executable> {
         if devices.is_empty() {
-            return Err(RuntimeError::Usage(
-                "a program needs at least one replica".into(),
-            ));
+            return Err(RuntimeError::Usage("a program needs at least one replica".into()));
         }
         let mut ids = Vec::with_capacity(devices.len());
         for (i, &index) in devices.iter().enumerate() {
-            let device = self.devices.get(index).ok_or(RuntimeError::NoSuchDevice {
-                index,
-                count: self.devices.len(),
-            })?;
+            let device =
+                self.devices.get(index).ok_or(RuntimeError::NoSuchDevice { index, count: self.devices.len() })?;
             if devices[..i].contains(&index) {
-                return Err(RuntimeError::Usage(format!(
-                    "device {index} is given to two replicas"
-                )));
+                return Err(RuntimeError::Usage(format!("device {index} is given to two replicas")));
             }
             ids.push(i64::from(device.id));
         }
@@ -209,19 +198,13 @@ impl Executable {
     /// Runs every replica, `args[r]` being the arguments of replica `r` (on device
     /// `devices()[r]`), and waits for all of them. Returns the outputs per replica.
     pub fn execute_replicated(&self, args: &[Vec<&Buffer>]) -> Result<Vec<Vec<Buffer>>> {
-        let lists: Vec<Vec<&ffi::BufferHandle>> = args
-            .iter()
-            .map(|list| list.iter().map(|b| b.handle()).collect())
-            .collect();
+        let lists: Vec<Vec<&ffi::BufferHandle>> =
+            args.iter().map(|list| list.iter().map(|b| b.handle()).collect()).collect();
         let outputs = self.handle.execute(&lists)?;
         outputs
             .into_iter()
             .zip(self.handle.devices())
-            .map(|(list, &device)| {
-                list.into_iter()
-                    .map(|handle| Buffer::from_handle(handle, device))
-                    .collect()
-            })
+            .map(|(list, &device)| list.into_iter().map(|handle| Buffer::from_handle(handle, device)).collect())
             .collect()
     }
 }
@@ -297,16 +280,13 @@ mod tests {
         // by the device assignment: replica_count 1, computation_count 1, devices [0].
         assert_eq!(
             compile_options(&[0]),
-            [
-                0x1a, 0x0e, 0x20, 0x01, 0x28, 0x01, 0x4a, 0x08, 0x08, 0x01, 0x10, 0x01, 0x1a, 0x02,
-                0x08, 0x00
-            ]
+            [0x1a, 0x0e, 0x20, 0x01, 0x28, 0x01, 0x4a, 0x08, 0x08, 0x01, 0x10, 0x01, 0x1a, 0x02, 0x08, 0x00]
         );
         assert_eq!(
             compile_options(&[0, 1]),
             [
-                0x1a, 0x10, 0x20, 0x02, 0x28, 0x01, 0x4a, 0x0a, 0x08, 0x02, 0x10, 0x01, 0x1a, 0x04,
-                0x08, 0x00, 0x08, 0x01
+                0x1a, 0x10, 0x20, 0x02, 0x28, 0x01, 0x4a, 0x0a, 0x08, 0x02, 0x10, 0x01, 0x1a, 0x04, 0x08, 0x00, 0x08,
+                0x01
             ]
         );
     }

@@ -36,16 +36,7 @@ macro_rules! opaque {
     };
 }
 
-opaque!(
-    RawError,
-    RawEvent,
-    RawClient,
-    RawDevice,
-    RawDeviceDescription,
-    RawExecutable,
-    RawLoadedExecutable,
-    RawBuffer
-);
+opaque!(RawError, RawEvent, RawClient, RawDevice, RawDeviceDescription, RawExecutable, RawLoadedExecutable, RawBuffer);
 
 /// A function of the API that reports failure as a `PJRT_Error*`.
 type ErrFn<A> = Option<unsafe extern "C" fn(args: *mut A) -> *mut RawError>;
@@ -328,47 +319,47 @@ struct ApiTable {
     struct_size: usize,
     extension_start: *mut c_void,
     version: ApiVersionStruct,
-    error_destroy: VoidFn<ErrorDestroyArgs>,             // 1
-    error_message: VoidFn<ErrorMessageArgs>,             // 2
-    error_get_code: ErrFn<ErrorGetCodeArgs>,             // 3
-    plugin_initialize: ErrFn<PluginInitializeArgs>,      // 4
-    _plugin_attributes: Slot,                            // 5
-    event_destroy: ErrFn<EventDestroyArgs>,              // 6
-    _event_is_ready_error: [Slot; 2],                    // 7-8
-    event_await: ErrFn<EventAwaitArgs>,                  // 9
-    _event_on_ready: Slot,                               // 10
-    client_create: ErrFn<ClientCreateArgs>,              // 11
-    client_destroy: ErrFn<ClientDestroyArgs>,            // 12
-    client_platform_name: ErrFn<ClientPlatformNameArgs>, // 13
-    _client_process_index_platform_version_devices: [Slot; 3], // 14-16
-    client_addressable_devices: ErrFn<ClientAddressableDevicesArgs>, // 17
-    _client_lookup_devices_addressable_memories: [Slot; 3], // 18-20
-    client_compile: ErrFn<ClientCompileArgs>,            // 21
-    _client_default_device_assignment: Slot,             // 22
+    error_destroy: VoidFn<ErrorDestroyArgs>,                               // 1
+    error_message: VoidFn<ErrorMessageArgs>,                               // 2
+    error_get_code: ErrFn<ErrorGetCodeArgs>,                               // 3
+    plugin_initialize: ErrFn<PluginInitializeArgs>,                        // 4
+    _plugin_attributes: Slot,                                              // 5
+    event_destroy: ErrFn<EventDestroyArgs>,                                // 6
+    _event_is_ready_error: [Slot; 2],                                      // 7-8
+    event_await: ErrFn<EventAwaitArgs>,                                    // 9
+    _event_on_ready: Slot,                                                 // 10
+    client_create: ErrFn<ClientCreateArgs>,                                // 11
+    client_destroy: ErrFn<ClientDestroyArgs>,                              // 12
+    client_platform_name: ErrFn<ClientPlatformNameArgs>,                   // 13
+    _client_process_index_platform_version_devices: [Slot; 3],             // 14-16
+    client_addressable_devices: ErrFn<ClientAddressableDevicesArgs>,       // 17
+    _client_lookup_devices_addressable_memories: [Slot; 3],                // 18-20
+    client_compile: ErrFn<ClientCompileArgs>,                              // 21
+    _client_default_device_assignment: Slot,                               // 22
     client_buffer_from_host_buffer: ErrFn<ClientBufferFromHostBufferArgs>, // 23
-    device_description_id: ErrFn<DeviceDescriptionIdArgs>, // 24
-    _device_description_process_index_attributes: [Slot; 2], // 25-26
-    device_description_kind: ErrFn<DeviceDescriptionKindArgs>, // 27
-    _device_description_debug_string: Slot,              // 28
-    device_description_to_string: ErrFn<DeviceDescriptionToStringArgs>, // 29
-    device_get_description: ErrFn<DeviceGetDescriptionArgs>, // 30
-    _device_rest_and_memory: [Slot; 10],                 // 31-40
-    executable_destroy: ErrFn<ExecutableDestroyArgs>,    // 41
-    _executable_name_replicas_partitions: [Slot; 3],     // 42-44
-    executable_num_outputs: ErrFn<ExecutableNumOutputsArgs>, // 45
-    _executable_code_size_to_serialize: [Slot; 5],       // 46-50
-    loaded_executable_destroy: ErrFn<LoadedExecutableDestroyArgs>, // 51
+    device_description_id: ErrFn<DeviceDescriptionIdArgs>,                 // 24
+    _device_description_process_index_attributes: [Slot; 2],               // 25-26
+    device_description_kind: ErrFn<DeviceDescriptionKindArgs>,             // 27
+    _device_description_debug_string: Slot,                                // 28
+    device_description_to_string: ErrFn<DeviceDescriptionToStringArgs>,    // 29
+    device_get_description: ErrFn<DeviceGetDescriptionArgs>,               // 30
+    _device_rest_and_memory: [Slot; 10],                                   // 31-40
+    executable_destroy: ErrFn<ExecutableDestroyArgs>,                      // 41
+    _executable_name_replicas_partitions: [Slot; 3],                       // 42-44
+    executable_num_outputs: ErrFn<ExecutableNumOutputsArgs>,               // 45
+    _executable_code_size_to_serialize: [Slot; 5],                         // 46-50
+    loaded_executable_destroy: ErrFn<LoadedExecutableDestroyArgs>,         // 51
     loaded_executable_get_executable: ErrFn<LoadedExecutableGetExecutableArgs>, // 52
     loaded_executable_addressable_devices: ErrFn<LoadedExecutableAddressableDevicesArgs>, // 53
-    _loaded_executable_delete_is_deleted: [Slot; 2],     // 54-55
-    loaded_executable_execute: ErrFn<LoadedExecutableExecuteArgs>, // 56
-    _deserialize_and_load_fingerprint: [Slot; 2],        // 57-58
-    buffer_destroy: ErrFn<BufferDestroyArgs>,            // 59
-    buffer_element_type: ErrFn<BufferElementTypeArgs>,   // 60
-    buffer_dimensions: ErrFn<BufferDimensionsArgs>,      // 61
-    _buffer_unpadded_to_copy_to_device: [Slot; 9],       // 62-70
-    buffer_to_host_buffer: ErrFn<BufferToHostBufferArgs>, // 71
-    _rest: [Slot; 67],                                   // 72-138
+    _loaded_executable_delete_is_deleted: [Slot; 2],                       // 54-55
+    loaded_executable_execute: ErrFn<LoadedExecutableExecuteArgs>,         // 56
+    _deserialize_and_load_fingerprint: [Slot; 2],                          // 57-58
+    buffer_destroy: ErrFn<BufferDestroyArgs>,                              // 59
+    buffer_element_type: ErrFn<BufferElementTypeArgs>,                     // 60
+    buffer_dimensions: ErrFn<BufferDimensionsArgs>,                        // 61
+    _buffer_unpadded_to_copy_to_device: [Slot; 9],                         // 62-70
+    buffer_to_host_buffer: ErrFn<BufferToHostBufferArgs>,                  // 71
+    _rest: [Slot; 67],                                                     // 72-138
 }
 
 // The layouts are checked against the sizes of the 0.113 header (and, where they agree,
@@ -488,14 +479,8 @@ const MIN_TABLE_SIZE: usize = offset_of!(ApiTable, buffer_to_host_buffer) + size
 
 /// Loads the plugin at `path` (once per process), checks its table and initialises it.
 pub(crate) fn load(path: &Path) -> Result<&'static Api> {
-    let load_error = |reason: String| RuntimeError::PluginLoad {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let not_a_plugin = |reason: String| RuntimeError::NotAPlugin {
-        path: path.to_path_buf(),
-        reason,
-    };
+    let load_error = |reason: String| RuntimeError::PluginLoad { path: path.to_path_buf(), reason };
+    let not_a_plugin = |reason: String| RuntimeError::NotAPlugin { path: path.to_path_buf(), reason };
     let key = path.canonicalize().map_err(|e| load_error(e.to_string()))?;
     let mut loaded = LOADED.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some((_, api)) = loaded.iter().find(|(p, _)| *p == key) {
@@ -504,13 +489,11 @@ pub(crate) fn load(path: &Path) -> Result<&'static Api> {
 
     // SAFETY: loading a library runs its initialisers. Which library to trust is the
     // user's choice (a plugin path); PJRT plugins are built to be dlopened this way.
-    let library =
-        unsafe { libloading::Library::new(&key) }.map_err(|e| load_error(e.to_string()))?;
+    let library = unsafe { libloading::Library::new(&key) }.map_err(|e| load_error(e.to_string()))?;
     // SAFETY: `GetPjrtApi` has this signature in every PJRT plugin
     // (`const PJRT_Api* GetPjrtApi(void)`).
-    let get_api =
-        unsafe { library.get::<unsafe extern "C" fn() -> *const ApiTable>(b"GetPjrtApi\0") }
-            .map_err(|e| not_a_plugin(format!("no GetPjrtApi function ({e})")))?;
+    let get_api = unsafe { library.get::<unsafe extern "C" fn() -> *const ApiTable>(b"GetPjrtApi\0") }
+        .map_err(|e| not_a_plugin(format!("no GetPjrtApi function ({e})")))?;
     // SAFETY: calling the plugin's entry point, which takes no arguments.
     let raw = unsafe { get_api() };
     if raw.is_null() {
@@ -520,9 +503,7 @@ pub(crate) fn load(path: &Path) -> Result<&'static Api> {
     // loaded library, which is never unloaded.
     let plugin_size = unsafe { ptr::read(raw.cast::<usize>()) };
     if plugin_size < offset_of!(ApiTable, error_destroy) {
-        return Err(not_a_plugin(format!(
-            "its PJRT_Api is only {plugin_size} bytes"
-        )));
+        return Err(not_a_plugin(format!("its PJRT_Api is only {plugin_size} bytes")));
     }
     // Copy the part of the table the plugin has; slots past its end stay null and read
     // as "not implemented".
@@ -532,19 +513,12 @@ pub(crate) fn load(path: &Path) -> Result<&'static Api> {
     let table = unsafe {
         let mut table: ApiTable = std::mem::zeroed();
         let len = plugin_size.min(size_of::<ApiTable>());
-        ptr::copy_nonoverlapping(
-            raw.cast::<u8>(),
-            ptr::from_mut(&mut table).cast::<u8>(),
-            len,
-        );
+        ptr::copy_nonoverlapping(raw.cast::<u8>(), ptr::from_mut(&mut table).cast::<u8>(), len);
         table
     };
     let version = (table.version.major_version, table.version.minor_version);
     if version.0 != 0 {
-        return Err(not_a_plugin(format!(
-            "it speaks PJRT C API {}.{}; podracer speaks 0.x",
-            version.0, version.1
-        )));
+        return Err(not_a_plugin(format!("it speaks PJRT C API {}.{}; podracer speaks 0.x", version.0, version.1)));
     }
     if plugin_size < MIN_TABLE_SIZE {
         return Err(not_a_plugin(format!(
@@ -552,17 +526,9 @@ pub(crate) fn load(path: &Path) -> Result<&'static Api> {
             version.0, version.1
         )));
     }
-    let api: &'static Api = Box::leak(Box::new(Api {
-        table,
-        version,
-        _library: library,
-    }));
+    let api: &'static Api = Box::leak(Box::new(Api { table, version, _library: library }));
     let mut args = PluginInitializeArgs::new();
-    api.call(
-        api.table.plugin_initialize,
-        "PJRT_Plugin_Initialize",
-        &mut args,
-    )?;
+    api.call(api.table.plugin_initialize, "PJRT_Plugin_Initialize", &mut args)?;
     loaded.push((key, api));
     Ok(api)
 }
@@ -642,10 +608,7 @@ impl Api {
 
 /// An error for a plugin that broke the API's contract (reported as INTERNAL).
 fn plugin_fault(message: impl Into<String>) -> RuntimeError {
-    RuntimeError::Pjrt {
-        code: ErrorCode(13),
-        message: message.into(),
-    }
+    RuntimeError::Pjrt { code: ErrorCode(13), message: message.into() }
 }
 
 /// Copies a (pointer, length) string of the plugin's into an owned `String`.
@@ -727,41 +690,25 @@ impl ClientHandle {
         args.create_options = options.as_ptr();
         args.num_options = options.len();
         api.call(api.table.client_create, "PJRT_Client_Create", &mut args)?;
-        let raw = NonNull::new(args.client)
-            .ok_or_else(|| plugin_fault("PJRT_Client_Create returned no client"))?;
+        let raw = NonNull::new(args.client).ok_or_else(|| plugin_fault("PJRT_Client_Create returned no client"))?;
         // From here on, dropping `client` destroys the raw client.
-        let mut client = ClientHandle {
-            api,
-            raw,
-            devices: Vec::new(),
-            device_infos: Vec::new(),
-            platform_name: String::new(),
-        };
+        let mut client =
+            ClientHandle { api, raw, devices: Vec::new(), device_infos: Vec::new(), platform_name: String::new() };
 
         let mut args = ClientPlatformNameArgs::new();
         args.client = raw.as_ptr();
-        api.call(
-            api.table.client_platform_name,
-            "PJRT_Client_PlatformName",
-            &mut args,
-        )?;
+        api.call(api.table.client_platform_name, "PJRT_Client_PlatformName", &mut args)?;
         // SAFETY: the name is owned by the client, which is alive.
-        client.platform_name =
-            unsafe { str_from(args.platform_name, args.platform_name_size) }.unwrap_or_default();
+        client.platform_name = unsafe { str_from(args.platform_name, args.platform_name_size) }.unwrap_or_default();
 
         let mut args = ClientAddressableDevicesArgs::new();
         args.client = raw.as_ptr();
-        api.call(
-            api.table.client_addressable_devices,
-            "PJRT_Client_AddressableDevices",
-            &mut args,
-        )?;
+        api.call(api.table.client_addressable_devices, "PJRT_Client_AddressableDevices", &mut args)?;
         // SAFETY: the list is owned by the client and has the given length.
         let devices = unsafe { vec_from(args.addressable_devices, args.num_addressable_devices) };
         for device in devices {
-            let device = NonNull::new(device).ok_or_else(|| {
-                plugin_fault("PJRT_Client_AddressableDevices listed a null device")
-            })?;
+            let device = NonNull::new(device)
+                .ok_or_else(|| plugin_fault("PJRT_Client_AddressableDevices listed a null device"))?;
             client.device_infos.push(client.describe(device)?);
             client.devices.push(device);
         }
@@ -772,46 +719,26 @@ impl ClientHandle {
         let api = self.api;
         let mut args = DeviceGetDescriptionArgs::new();
         args.device = device.as_ptr();
-        api.call(
-            api.table.device_get_description,
-            "PJRT_Device_GetDescription",
-            &mut args,
-        )?;
+        api.call(api.table.device_get_description, "PJRT_Device_GetDescription", &mut args)?;
         let description = args.device_description;
 
         let mut args = DeviceDescriptionIdArgs::new();
         args.device_description = description;
-        api.call(
-            api.table.device_description_id,
-            "PJRT_DeviceDescription_Id",
-            &mut args,
-        )?;
+        api.call(api.table.device_description_id, "PJRT_DeviceDescription_Id", &mut args)?;
         let id = args.id;
 
         let mut args = DeviceDescriptionKindArgs::new();
         args.device_description = description;
-        api.call(
-            api.table.device_description_kind,
-            "PJRT_DeviceDescription_Kind",
-            &mut args,
-        )?;
+        api.call(api.table.device_description_kind, "PJRT_DeviceDescription_Kind", &mut args)?;
         // SAFETY: the string is owned by the device, which the client owns.
         let kind = unsafe { str_from(args.device_kind, args.device_kind_size) }.unwrap_or_default();
 
         let mut args = DeviceDescriptionToStringArgs::new();
         args.device_description = description;
-        api.call(
-            api.table.device_description_to_string,
-            "PJRT_DeviceDescription_ToString",
-            &mut args,
-        )?;
+        api.call(api.table.device_description_to_string, "PJRT_DeviceDescription_ToString", &mut args)?;
         // SAFETY: as above.
         let text = unsafe { str_from(args.to_string, args.to_string_size) }.unwrap_or_default();
-        Ok(DeviceInfo {
-            id,
-            kind,
-            description: text,
-        })
+        Ok(DeviceInfo { id, kind, description: text })
     }
 
     /// The plugin's PJRT C API version (major, minor).
@@ -830,21 +757,11 @@ impl ClientHandle {
     }
 
     fn device(&self, index: usize) -> Result<NonNull<RawDevice>> {
-        self.devices
-            .get(index)
-            .copied()
-            .ok_or(RuntimeError::NoSuchDevice {
-                index,
-                count: self.devices.len(),
-            })
+        self.devices.get(index).copied().ok_or(RuntimeError::NoSuchDevice { index, count: self.devices.len() })
     }
 
     /// `PJRT_Client_Compile` with program format "mlir".
-    pub(crate) fn compile(
-        self: &Arc<Self>,
-        mlir: &str,
-        compile_options: &[u8],
-    ) -> Result<ExecutableHandle> {
+    pub(crate) fn compile(self: &Arc<Self>, mlir: &str, compile_options: &[u8]) -> Result<ExecutableHandle> {
         let api = self.api;
         const FORMAT: &str = "mlir";
         let mut program = Program::new();
@@ -858,38 +775,21 @@ impl ClientHandle {
         args.compile_options = compile_options.as_ptr().cast();
         args.compile_options_size = compile_options.len();
         api.call(api.table.client_compile, "PJRT_Client_Compile", &mut args)?;
-        let raw = NonNull::new(args.executable)
-            .ok_or_else(|| plugin_fault("PJRT_Client_Compile returned no executable"))?;
-        let mut exe = ExecutableHandle {
-            client: Arc::clone(self),
-            raw,
-            num_outputs: 0,
-            devices: Vec::new(),
-        };
+        let raw =
+            NonNull::new(args.executable).ok_or_else(|| plugin_fault("PJRT_Client_Compile returned no executable"))?;
+        let mut exe = ExecutableHandle { client: Arc::clone(self), raw, num_outputs: 0, devices: Vec::new() };
 
         // The number of outputs lives on the unloaded executable view.
         let mut args = LoadedExecutableGetExecutableArgs::new();
         args.loaded_executable = raw.as_ptr();
-        api.call(
-            api.table.loaded_executable_get_executable,
-            "PJRT_LoadedExecutable_GetExecutable",
-            &mut args,
-        )?;
+        api.call(api.table.loaded_executable_get_executable, "PJRT_LoadedExecutable_GetExecutable", &mut args)?;
         let view = args.executable;
         let mut args = ExecutableNumOutputsArgs::new();
         args.executable = view;
-        let counted = api.call(
-            api.table.executable_num_outputs,
-            "PJRT_Executable_NumOutputs",
-            &mut args,
-        );
+        let counted = api.call(api.table.executable_num_outputs, "PJRT_Executable_NumOutputs", &mut args);
         let mut destroy = ExecutableDestroyArgs::new();
         destroy.executable = view;
-        let destroyed = api.call(
-            api.table.executable_destroy,
-            "PJRT_Executable_Destroy",
-            &mut destroy,
-        );
+        let destroyed = api.call(api.table.executable_destroy, "PJRT_Executable_Destroy", &mut destroy);
         counted?;
         destroyed?;
         exe.num_outputs = args.num_outputs;
@@ -904,15 +804,9 @@ impl ClientHandle {
         // SAFETY: the list is owned by the executable and has the given length.
         let devices = unsafe { vec_from(args.addressable_devices, args.num_addressable_devices) };
         for device in devices {
-            let index = self
-                .devices
-                .iter()
-                .position(|d| d.as_ptr() == device)
-                .ok_or_else(|| {
-                    RuntimeError::Usage(
-                        "the executable runs on a device the client does not list".into(),
-                    )
-                })?;
+            let index = self.devices.iter().position(|d| d.as_ptr() == device).ok_or_else(|| {
+                RuntimeError::Usage("the executable runs on a device the client does not list".into())
+            })?;
             exe.devices.push(index);
         }
         Ok(exe)
@@ -939,15 +833,8 @@ impl ClientHandle {
         // A device must always be given: with neither device nor memory the CPU plugin
         // segfaults.
         args.device = self.device(device)?.as_ptr();
-        api.call(
-            api.table.client_buffer_from_host_buffer,
-            "PJRT_Client_BufferFromHostBuffer",
-            &mut args,
-        )?;
-        let buffer = NonNull::new(args.buffer).map(|raw| BufferHandle {
-            client: Arc::clone(self),
-            raw,
-        });
+        api.call(api.table.client_buffer_from_host_buffer, "PJRT_Client_BufferFromHostBuffer", &mut args)?;
+        let buffer = NonNull::new(args.buffer).map(|raw| BufferHandle { client: Arc::clone(self), raw });
         // `data` is borrowed for this whole function, so it outlives the transfer.
         api.await_event(args.done_with_host_buffer)?;
         buffer.ok_or_else(|| plugin_fault("PJRT_Client_BufferFromHostBuffer returned no buffer"))
@@ -958,11 +845,7 @@ impl Drop for ClientHandle {
     fn drop(&mut self) {
         let mut args = ClientDestroyArgs::new();
         args.client = self.raw.as_ptr();
-        let freed = self.api.call(
-            self.api.table.client_destroy,
-            "PJRT_Client_Destroy",
-            &mut args,
-        );
+        let freed = self.api.call(self.api.table.client_destroy, "PJRT_Client_Destroy", &mut args);
         debug_assert!(freed.is_ok(), "PJRT_Client_Destroy failed: {freed:?}");
     }
 }
@@ -1011,29 +894,17 @@ impl ExecutableHandle {
         }
         let num_args = args.first().map_or(0, Vec::len);
         if args.iter().any(|list| list.len() != num_args) {
-            return Err(RuntimeError::Usage(
-                "every device must get the same number of arguments".into(),
-            ));
+            return Err(RuntimeError::Usage("every device must get the same number of arguments".into()));
         }
         // A buffer of another client would be a dangling pointer to this one.
-        if args
-            .iter()
-            .flatten()
-            .any(|b| !Arc::ptr_eq(&b.client, &self.client))
-        {
-            return Err(RuntimeError::Usage(
-                "an argument buffer belongs to a different client".into(),
-            ));
+        if args.iter().flatten().any(|b| !Arc::ptr_eq(&b.client, &self.client)) {
+            return Err(RuntimeError::Usage("an argument buffer belongs to a different client".into()));
         }
-        let arg_lists: Vec<Vec<*mut RawBuffer>> = args
-            .iter()
-            .map(|list| list.iter().map(|b| b.raw.as_ptr()).collect())
-            .collect();
+        let arg_lists: Vec<Vec<*mut RawBuffer>> =
+            args.iter().map(|list| list.iter().map(|b| b.raw.as_ptr()).collect()).collect();
         let arg_ptrs: Vec<*const *mut RawBuffer> = arg_lists.iter().map(|l| l.as_ptr()).collect();
-        let mut out_lists: Vec<Vec<*mut RawBuffer>> =
-            vec![vec![ptr::null_mut(); self.num_outputs]; args.len()];
-        let out_ptrs: Vec<*mut *mut RawBuffer> =
-            out_lists.iter_mut().map(|l| l.as_mut_ptr()).collect();
+        let mut out_lists: Vec<Vec<*mut RawBuffer>> = vec![vec![ptr::null_mut(); self.num_outputs]; args.len()];
+        let out_ptrs: Vec<*mut *mut RawBuffer> = out_lists.iter_mut().map(|l| l.as_mut_ptr()).collect();
         let mut events: Vec<*mut RawEvent> = vec![ptr::null_mut(); args.len()];
         let mut options = ExecuteOptions::new();
 
@@ -1045,11 +916,7 @@ impl ExecutableHandle {
         call.num_args = num_args;
         call.output_lists = out_ptrs.as_ptr();
         call.device_complete_events = events.as_mut_ptr();
-        api.call(
-            api.table.loaded_executable_execute,
-            "PJRT_LoadedExecutable_Execute",
-            &mut call,
-        )?;
+        api.call(api.table.loaded_executable_execute, "PJRT_LoadedExecutable_Execute", &mut call)?;
 
         // Take ownership of every output first, so that an error below frees them all.
         let mut missing = false;
@@ -1058,10 +925,8 @@ impl ExecutableHandle {
             .map(|list| {
                 list.iter()
                     .filter_map(|&raw| {
-                        let handle = NonNull::new(raw).map(|raw| BufferHandle {
-                            client: Arc::clone(&self.client),
-                            raw,
-                        });
+                        let handle =
+                            NonNull::new(raw).map(|raw| BufferHandle { client: Arc::clone(&self.client), raw });
                         missing |= handle.is_none();
                         handle
                     })
@@ -1077,9 +942,7 @@ impl ExecutableHandle {
         }
         status?;
         if missing {
-            return Err(plugin_fault(
-                "PJRT_LoadedExecutable_Execute left an output unset",
-            ));
+            return Err(plugin_fault("PJRT_LoadedExecutable_Execute left an output unset"));
         }
         Ok(outputs)
     }
@@ -1090,15 +953,8 @@ impl Drop for ExecutableHandle {
         let api = self.client.api;
         let mut args = LoadedExecutableDestroyArgs::new();
         args.executable = self.raw.as_ptr();
-        let freed = api.call(
-            api.table.loaded_executable_destroy,
-            "PJRT_LoadedExecutable_Destroy",
-            &mut args,
-        );
-        debug_assert!(
-            freed.is_ok(),
-            "PJRT_LoadedExecutable_Destroy failed: {freed:?}"
-        );
+        let freed = api.call(api.table.loaded_executable_destroy, "PJRT_LoadedExecutable_Destroy", &mut args);
+        debug_assert!(freed.is_ok(), "PJRT_LoadedExecutable_Destroy failed: {freed:?}");
     }
 }
 
@@ -1125,11 +981,7 @@ impl BufferHandle {
         let api = self.client.api;
         let mut args = BufferElementTypeArgs::new();
         args.buffer = self.raw.as_ptr();
-        api.call(
-            api.table.buffer_element_type,
-            "PJRT_Buffer_ElementType",
-            &mut args,
-        )?;
+        api.call(api.table.buffer_element_type, "PJRT_Buffer_ElementType", &mut args)?;
         Ok(args.buffer_type)
     }
 
@@ -1138,11 +990,7 @@ impl BufferHandle {
         let api = self.client.api;
         let mut args = BufferDimensionsArgs::new();
         args.buffer = self.raw.as_ptr();
-        api.call(
-            api.table.buffer_dimensions,
-            "PJRT_Buffer_Dimensions",
-            &mut args,
-        )?;
+        api.call(api.table.buffer_dimensions, "PJRT_Buffer_Dimensions", &mut args)?;
         // SAFETY: the list is owned by the buffer, which is alive, and has this length.
         Ok(unsafe { vec_from(args.dims, args.num_dims) })
     }
@@ -1164,18 +1012,10 @@ impl BufferHandle {
         let mut query = BufferToHostBufferArgs::new();
         query.src = self.raw.as_ptr();
         query.host_layout = &mut layout;
-        api.call(
-            api.table.buffer_to_host_buffer,
-            "PJRT_Buffer_ToHostBuffer",
-            &mut query,
-        )?;
+        api.call(api.table.buffer_to_host_buffer, "PJRT_Buffer_ToHostBuffer", &mut query)?;
         api.await_event(query.event)?;
         if query.dst_size != dst.len() {
-            return Err(plugin_fault(format!(
-                "the buffer holds {} bytes, expected {}",
-                query.dst_size,
-                dst.len()
-            )));
+            return Err(plugin_fault(format!("the buffer holds {} bytes, expected {}", query.dst_size, dst.len())));
         }
 
         let mut args = BufferToHostBufferArgs::new();
@@ -1183,11 +1023,7 @@ impl BufferHandle {
         args.host_layout = &mut layout;
         args.dst = dst.as_mut_ptr().cast();
         args.dst_size = dst.len();
-        api.call(
-            api.table.buffer_to_host_buffer,
-            "PJRT_Buffer_ToHostBuffer",
-            &mut args,
-        )?;
+        api.call(api.table.buffer_to_host_buffer, "PJRT_Buffer_ToHostBuffer", &mut args)?;
         // `dst` and `layout` are borrowed until this returns, so they outlive the copy.
         api.await_event(args.event)
     }
