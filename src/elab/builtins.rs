@@ -52,6 +52,9 @@ impl Elab<'_> {
         span: Span,
         _expected: Option<&Ty>,
     ) -> Option<Val> {
+        if let Some(v) = self.random(func, args, span) {
+            return Some(v);
+        }
         let name = func.name.as_str();
         let (min, max) = match name {
             "exp" | "log" | "tanh" | "sqrt" | "abs" | "floor" | "sin" | "cos" => (1, 1),

@@ -13,6 +13,7 @@
 
 mod builtins;
 mod ops;
+mod random;
 
 use crate::array::{Array, DType};
 use crate::diag::Diag;
@@ -294,6 +295,9 @@ impl<'p> Elab<'p> {
             ast::TypeKind::Tuple(ts) => Ty::Tuple(ts.iter().map(|t| self.resolve_ty(t)).collect()),
             ast::TypeKind::Named { name, args } => {
                 let item = self.prog.modules[self.module].scope.get(&name.name).copied();
+                if item.is_none() && name.name == "Key" && args.is_empty() {
+                    return random::key_ty();
+                }
                 let Some(r) = item.filter(|r| matches!(self.prog.item(*r), ast::Item::Struct(_))) else {
                     self.err(TypeError::UnknownType { name: name.name.clone(), span: name.span });
                     return Ty::Error;
@@ -609,7 +613,7 @@ impl<'p> Elab<'p> {
         let locals = self.scopes.iter().flat_map(|s| s.keys());
         let items = self.prog.modules[self.module].scope.keys();
         let sizes = self.sizes.keys().map(|k| k.as_ref());
-        let builtins = builtins::NAMES.iter().copied();
+        let builtins = builtins::NAMES.iter().chain(random::NAMES).copied();
         locals
             .map(String::as_str)
             .chain(items.map(String::as_str))
