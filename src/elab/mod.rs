@@ -28,6 +28,9 @@ use crate::types::{Dim, StructDef, Subst, Ty};
 use std::collections::HashMap;
 use std::rc::Rc;
 
+/// The built-in record an environment's `step` returns.
+pub(crate) const STEP: &str = "Step";
+
 /// A value during elaboration.
 #[derive(Clone, Debug)]
 pub struct Val {
@@ -138,6 +141,8 @@ pub(crate) struct Elab<'p> {
     /// Size parameters in scope: symbolic while checking, known while building.
     sizes: Subst,
     structs: HashMap<ItemRef, Rc<StructDef>>,
+    /// Instances of the built-in `Step<S>`, by name.
+    steps: HashMap<String, Rc<StructDef>>,
     consts: HashMap<ItemRef, Val>,
     /// Functions being inlined (build mode), to stop at recursion.
     stack: Vec<ItemRef>,
@@ -157,6 +162,7 @@ impl<'p> Elab<'p> {
             scopes: vec![],
             sizes: Subst::new(),
             structs: HashMap::new(),
+            steps: HashMap::new(),
             consts: HashMap::new(),
             stack: vec![],
             current: None,
@@ -247,6 +253,24 @@ impl<'p> Elab<'p> {
         def
     }
 
+    /// The built-in record `Step<S>` that an environment's `step` returns: one definition
+    /// per state type, so that equal types share it.
+    fn step_def(&mut self, state: Ty) -> Rc<StructDef> {
+        let name = format!("{STEP}<{state}>");
+        if let Some(d) = self.steps.get(&name) {
+            return d.clone();
+        }
+        let fields = vec![
+            ("state".to_string(), state),
+            ("reward".to_string(), Ty::scalar(DType::F32)),
+            ("terminated".to_string(), Ty::scalar(DType::Bool)),
+            ("truncated".to_string(), Ty::scalar(DType::Bool)),
+        ];
+        let def = Rc::new(StructDef { name: name.clone(), generics: vec![], fields });
+        self.steps.insert(name, def.clone());
+        def
+    }
+
     /// A const's value, evaluated once; consts must be compile-time scalars.
     fn const_val(&mut self, r: ItemRef, c: &ast::Const) -> Val {
         if let Some(v) = self.consts.get(&r) {
@@ -297,6 +321,11 @@ impl<'p> Elab<'p> {
                 let item = self.prog.modules[self.module].scope.get(&name.name).copied();
                 if item.is_none() && name.name == "Key" && args.is_empty() {
                     return random::key_ty();
+                }
+                if let (None, STEP, [ast::DimExpr::Name(state)]) = (item, name.name.as_str(), &args[..]) {
+                    let span = state.span;
+                    let state = self.resolve_ty(&ast::Type { kind: ast::TypeKind::Named { name: state.clone(), args: vec![] }, span });
+                    return if state.is_error() { state } else { Ty::Struct(self.step_def(state), vec![]) };
                 }
                 let Some(r) = item.filter(|r| matches!(self.prog.item(*r), ast::Item::Struct(_))) else {
                     self.err(TypeError::UnknownType { name: name.name.clone(), span: name.span });
@@ -671,18 +700,25 @@ impl<'p> Elab<'p> {
     }
 
     fn struct_lit(&mut self, name: &ast::Ident, fields: &[(ast::Ident, ast::Expr)], span: Span) -> Val {
+        let vals: Vec<Val> = fields.iter().map(|(_, x)| self.expr(x)).collect();
         let item = self.prog.modules[self.module].scope.get(&name.name).copied();
-        let Some(r) = item.filter(|r| matches!(self.prog.item(*r), ast::Item::Struct(_))) else {
-            for (_, x) in fields {
-                self.expr(x);
+        let def = match item.map(|r| (r, self.prog.item(r))) {
+            Some((r, ast::Item::Struct(s))) => self.struct_def(r, s),
+            // The built-in `Step<S>` record takes its state type from its `state` field.
+            None if name.name == STEP => {
+                let state = fields.iter().zip(&vals).find(|((f, _), _)| f.name == "state");
+                match state {
+                    Some((_, v)) if v.ty.is_error() => return Val::error(),
+                    Some((_, v)) => self.step_def(v.ty.clone()),
+                    None => {
+                        return self.err(TypeError::MissingField { ty: STEP.into(), field: "state".into(), span });
+                    }
+                }
             }
-            return self.err(TypeError::UnknownType { name: name.name.clone(), span: name.span });
+            _ => return self.err(TypeError::UnknownType { name: name.name.clone(), span: name.span }),
         };
-        let ast::Item::Struct(s) = self.prog.item(r) else { unreachable!("filtered to structs") };
-        let def = self.struct_def(r, s);
         let mut given: HashMap<&str, (Val, Span)> = HashMap::new();
-        for (f, x) in fields {
-            let v = self.expr(x);
+        for ((f, x), v) in fields.iter().zip(vals) {
             if !def.fields.iter().any(|(n, _)| *n == f.name) {
                 let ty = Ty::Struct(def.clone(), def.generics.iter().map(|g| Dim::Param(g.clone())).collect());
                 let names = def.fields.iter().map(|(n, _)| n.clone()).collect();
