@@ -908,17 +908,24 @@ impl<'p> Elab<'p> {
             .zip(args)
             .map(|((v, p), a)| self.coerce(v, &p.subst(&sizes), a.span, None))
             .collect();
+        self.stack.push(r);
+        let v = self.inline(f, r.module, sizes, args, &ret);
+        self.stack.pop();
+        v
+    }
+
+    /// Elaborates a function's body with its parameters bound to `args` and its size
+    /// parameters to `sizes` (build mode: this is inlining).
+    pub(crate) fn inline(&mut self, f: &ast::Fn, module: usize, sizes: Subst, args: Vec<Val>, ret: &Ty) -> Val {
         let saved = (
-            std::mem::replace(&mut self.module, r.module),
+            std::mem::replace(&mut self.module, module),
             std::mem::replace(&mut self.sizes, sizes),
             std::mem::replace(&mut self.scopes, vec![HashMap::new()]),
         );
-        self.stack.push(r);
         for ((pname, _), v) in f.params.iter().zip(args) {
             self.bind_name(&pname.name, v);
         }
-        let v = self.expr_expect(&f.body_expr(), &ret);
-        self.stack.pop();
+        let v = self.expr_expect(&f.body_expr(), ret);
         (self.module, self.sizes, self.scopes) = saved;
         v
     }

@@ -93,6 +93,51 @@ impl Builder {
         outs
     }
 
+    /// Appends a copy of `f`'s body with its parameters bound to `args`; returns the
+    /// values of its results. Every value of `f` gets a fresh variable here.
+    pub fn inline(&mut self, f: &Func, args: &[Var]) -> Vec<Var> {
+        let mut map: HashMap<Var, Var> = f.graph.params.iter().copied().zip(args.iter().copied()).collect();
+        let eqns = self.copy_eqns(f, &f.graph.eqns, &mut map);
+        for e in eqns {
+            self.push(e);
+        }
+        f.graph.results.iter().map(|r| map[r]).collect()
+    }
+
+    fn copy_eqns(&mut self, f: &Func, eqns: &[Eqn], map: &mut HashMap<Var, Var>) -> Vec<Eqn> {
+        eqns.iter()
+            .map(|e| {
+                let args = e.args.iter().map(|a| map[a]).collect();
+                let op = match &e.op {
+                    Op::Prim(p) => Op::Prim(p.clone()),
+                    Op::Loop { lo, hi, n_consts, body } => {
+                        let mut inner: HashMap<Var, Var> = HashMap::new();
+                        for &p in &body.params {
+                            inner.insert(p, self.fresh(f.ty(p).clone()));
+                        }
+                        let eqns = self.copy_eqns(f, &body.eqns, &mut inner);
+                        let body = Graph {
+                            params: body.params.iter().map(|p| inner[p]).collect(),
+                            eqns,
+                            results: body.results.iter().map(|r| inner[r]).collect(),
+                        };
+                        Op::Loop { lo: *lo, hi: *hi, n_consts: *n_consts, body }
+                    }
+                };
+                let outs = e
+                    .outs
+                    .iter()
+                    .map(|&o| {
+                        let v = self.fresh(f.ty(o).clone());
+                        map.insert(o, v);
+                        v
+                    })
+                    .collect();
+                Eqn { outs, op, args }
+            })
+            .collect()
+    }
+
     /// Finishes the function, dropping equations whose results are never used.
     pub fn finish(mut self, name: &str, params: Vec<Var>, results: Vec<Var>) -> Func {
         let eqns = self.frames.pop().expect("builder has a frame");
