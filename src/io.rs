@@ -90,6 +90,50 @@ fn flatten<'v>(v: &'v Value, shape: &[usize], at: &str, out: &mut Vec<&'v Value>
     }
 }
 
+/// Overrides some fields of a struct value, given as its flattened leaves, with the
+/// fields of a JSON object (`podc sim --state`); nested structs may be given in part too.
+pub fn override_fields(t: &Ty, leaves: &mut [Array], v: &Value) -> Result<(), String> {
+    let Ty::Struct(def, args) = t else { return Err(format!("the state is `{t}`, not a struct")) };
+    let Value::Object(m) = v else { return Err("`--state` must be a JSON object of state fields".into()) };
+    if let Some(k) = m.keys().find(|k| !def.fields.iter().any(|(n, _)| n == *k)) {
+        let names: Vec<&str> = def.fields.iter().map(|(n, _)| n.as_str()).collect();
+        return Err(format!("the state `{t}` has no field `{k}` (its fields: {})", names.join(", ")));
+    }
+    let mut at = 0;
+    for (n, ft) in Ty::struct_fields(def, args) {
+        let count = ft.leaves().map_or(0, |l| l.len());
+        if let Some(x) = m.get(&n) {
+            let part = &mut leaves[at..at + count];
+            if matches!(ft, Ty::Struct(..)) {
+                override_fields(&ft, part, x)?;
+            } else {
+                let mut out = vec![];
+                read(&ft, x, &format!("`--state` field `{n}`"), &mut out)?;
+                part.clone_from_slice(&out);
+            }
+        }
+        at += count;
+    }
+    Ok(())
+}
+
+/// An array as (nested) JSON lists, a scalar as a plain value.
+pub fn nested_json(a: &Array) -> Value {
+    let flat = data_json(&a.data);
+    let Value::Array(items) = flat else { return flat };
+    nest_json(&items, &a.shape)
+}
+
+fn nest_json(items: &[Value], shape: &[usize]) -> Value {
+    match shape.split_first() {
+        None => items.first().cloned().unwrap_or(Value::Null),
+        Some((&n, rest)) => {
+            let step = rest.iter().product::<usize>();
+            Value::Array((0..n).map(|i| nest_json(&items[i * step..(i + 1) * step], rest)).collect())
+        }
+    }
+}
+
 /// The `--json` result: `{"entry": …, "outputs": [{"dtype", "shape", "data"}, …]}`,
 /// with tuples and structs flattened in order and `data` row-major.
 pub fn outputs_json(entry: &str, outs: &[Array]) -> Value {

@@ -35,6 +35,9 @@ pub enum TypeError {
     NotAValue { name: String, span: Span },
     LiteralRange { value: String, ty: String, span: Span },
     Entry { detail: String, span: Span },
+    EnvMissing { env: String, what: String, span: Span, help: Option<String> },
+    EnvSignature { env: String, found: String, expected: String, span: Span },
+    EnvMember { detail: String, span: Span },
 }
 
 impl TypeError {
@@ -181,6 +184,24 @@ impl TypeError {
                 Diag::new("E0222", format!("literal `{value}` does not fit in `{ty}`"), span, "out of range")
             }
             E::Entry { detail, span } => Diag::new("E0223", "invalid entry point", span, detail),
+            E::EnvMissing { env, what, span, help } => {
+                let d = Diag::new("E0301", format!("env `{env}` is missing {what}"), span, format!("{what} is required"));
+                match help {
+                    Some(h) => d.with_help(format!("add `{h}`")),
+                    None => d,
+                }
+            }
+            E::EnvSignature { env, found, expected, span } => {
+                Diag::new("E0302", format!("`{span_name}` of env `{env}` has the wrong type", span_name = fn_name(&found)), span, "wrong type")
+                    .with_note(format!("expected `{expected}`"))
+                    .with_note(format!("   found `{found}`"))
+            }
+            E::EnvMember { detail, span } => Diag::new("E0303", "invalid env declaration", span, detail),
         }
     }
+}
+
+/// The function name in a rendered signature `fn name(...) -> ...`.
+fn fn_name(sig: &str) -> &str {
+    sig.trim_start_matches("fn ").split('(').next().unwrap_or(sig)
 }
