@@ -27,4 +27,5 @@ pub mod prims;
 pub mod resolve;
 pub mod runtime;
 pub mod syntax;
+pub mod transform;
 pub mod types;

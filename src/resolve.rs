@@ -53,6 +53,7 @@ pub fn item_name(item: &ast::Item) -> &ast::Ident {
         ast::Item::Const(c) => &c.name,
         ast::Item::Struct(s) => &s.name,
         ast::Item::Fn(f) => &f.name,
+        ast::Item::Env(e) => &e.name,
     }
 }
 

@@ -224,7 +224,7 @@ fn cases() -> Vec<Case> {
     let mut cs = vec![];
 
     // unary on f32: random values, then the edge values
-    let transcendental = [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sin, UnaryOp::Cos];
+    let transcendental = [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Log1p];
     for op in [
         UnaryOp::Neg,
         UnaryOp::Abs,
@@ -235,11 +235,13 @@ fn cases() -> Vec<Case> {
         UnaryOp::Tanh,
         UnaryOp::Sin,
         UnaryOp::Cos,
+        UnaryOp::Log1p,
     ] {
         let tol = if transcendental.contains(&op) { Tol::Ulps(4) } else { Tol::Exact };
         let (lo, hi) = match op {
             UnaryOp::Log | UnaryOp::Sqrt => (1e-3, 50.0),
             UnaryOp::Exp => (-20.0, 20.0),
+            UnaryOp::Log1p => (-0.99, 5.0),
             UnaryOp::Neg
             | UnaryOp::Abs
             | UnaryOp::Floor
@@ -260,6 +262,12 @@ fn cases() -> Vec<Case> {
     cs.push(case("Exp f32 range ends", unary(UnaryOp::Exp), vec![exp_range], Tol::Ulps(4)));
     let log_range = f32v(&[1.2e-38, 1e-30, 1e-10, 0.999, 1.001, 1e10, 3.4e38]);
     cs.push(case("Log f32 range ends", unary(UnaryOp::Log), vec![log_range], Tol::Ulps(4)));
+    // Below sqrt(2) - 1 in magnitude, XLA's log1p is a rational function with fused
+    // multiply-adds, which the interpreter reproduces exactly; beyond, it is log(1 + x).
+    let log1p_small = rng.f32s(&[4, 8], -0.414, 0.414);
+    cs.push(case("Log1p f32 small", unary(UnaryOp::Log1p), vec![log1p_small], Tol::Exact));
+    let log1p_edges = f32v(&[-1.0, -0.999_999_9, -0.414_213_57, 0.414_213_57, -0.414_213_54, 1e-5, -1e-20, 2e30]);
+    cs.push(case("Log1p f32 range ends", unary(UnaryOp::Log1p), vec![log1p_edges], Tol::Ulps(4)));
     for op in [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Not] {
         cs.push(exact(format!("{op:?} i32"), unary(op), vec![i32v(&I32_EDGES)]));
     }

@@ -9,6 +9,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+mod env;
+
 #[derive(Parser)]
 #[command(name = "podc", version, about = "The podracer compiler: typed array programs for RL, run through PJRT")]
 pub struct Cli {
@@ -42,11 +44,58 @@ enum Command {
     Run(RunArgs),
     /// Run an entry point through the reference interpreter (same interface as `run`).
     Eval(RunArgs),
+    /// Step one environment with given actions; print one JSON line per step.
+    Sim {
+        file: PathBuf,
+        /// The env to run (default: the file's only env).
+        #[arg(long)]
+        env: Option<String>,
+        /// Reset with `key(seed)`; step `t` uses `fold_in(key(seed), t + 1)`.
+        #[arg(long, default_value_t = 0)]
+        seed: i64,
+        /// State fields to override after the reset: a JSON object, inline or in a file.
+        #[arg(long, value_name = "JSON|FILE")]
+        state: Option<String>,
+        /// Actions, comma-separated (default: random ones from the seed).
+        #[arg(long, value_name = "A,A,...", allow_hyphen_values = true)]
+        actions: Option<String>,
+        /// How many steps (default: one per action, or 10).
+        #[arg(long)]
+        steps: Option<usize>,
+    },
+    /// Measure throughput.
+    #[command(subcommand)]
+    Bench(Bench),
     /// List the plugin's devices.
     Devices {
         /// How many CPU devices the CPU plugin should expose.
         #[arg(long)]
         cpu_devices: Option<usize>,
+    },
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Env steps per second of the batched, auto-resetting env with random actions, run
+    /// in one loop on the device: the median of several runs after a warm-up.
+    Env {
+        file: PathBuf,
+        #[arg(long)]
+        env: Option<String>,
+        /// Environments in the batch (split evenly over the devices).
+        #[arg(long, default_value_t = 1024)]
+        envs: usize,
+        /// Steps per run, all inside one device program.
+        #[arg(long, default_value_t = 128)]
+        steps: usize,
+        #[arg(long, default_value_t = 1)]
+        devices: usize,
+        /// Timed runs (after one warm-up run).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+        runs: u64,
+        /// Print one JSON object: `{"steps_per_sec", "compile_s", "envs", "steps", "devices"}`.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -77,6 +126,21 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Build { file, emit, entry, output } => build(&file, emit, &entry, output.as_deref()),
         Command::Run(a) => run(&a, Some(cli.plugin.as_deref())),
         Command::Eval(a) => run(&a, None),
+        Command::Sim { file, env, seed, state, actions, steps } => env::sim(
+            env::SimArgs {
+                file: &file,
+                env: env.as_deref(),
+                seed,
+                state: state.as_deref(),
+                actions: actions.as_deref(),
+                steps,
+            },
+            cli.plugin.as_deref(),
+        ),
+        Command::Bench(Bench::Env { file, env, envs, steps, devices, runs, json }) => env::bench(
+            env::BenchArgs { file: &file, env: env.as_deref(), envs, steps, devices, runs: runs as usize, json },
+            cli.plugin.as_deref(),
+        ),
         Command::Devices { cpu_devices } => devices(cli.plugin.as_deref(), cpu_devices),
     };
     match result {

@@ -253,7 +253,7 @@ impl Elab<'_> {
     }
 
     /// A shape written as a list of sizes known at compile time: `[2, N]`.
-    fn shape_arg(&mut self, e: &ast::Expr) -> Option<Vec<Dim>> {
+    pub(super) fn shape_arg(&mut self, e: &ast::Expr) -> Option<Vec<Dim>> {
         match &e.kind {
             ExprKind::Array(xs) => xs.iter().map(|x| self.static_dim(x, "a shape")).collect(),
             _ => {

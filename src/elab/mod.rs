@@ -12,6 +12,7 @@
 //! flattened leaves.
 
 mod builtins;
+pub mod env;
 mod ops;
 mod random;
 
@@ -71,6 +72,9 @@ pub fn check(prog: &Program) -> Vec<Diag> {
                 }
                 ast::Item::Const(c) => {
                     cx.const_val(r, c);
+                }
+                ast::Item::Env(e) => {
+                    cx.check_env(e);
                 }
             }
         }
@@ -625,7 +629,9 @@ impl<'p> Elab<'p> {
         match self.prog.modules[self.module].scope.get(&id.name).copied() {
             Some(r) => match self.prog.item(r) {
                 ast::Item::Const(c) => self.const_val(r, c),
-                ast::Item::Fn(_) => self.err(TypeError::NotAValue { name: id.name.clone(), span: id.span }),
+                ast::Item::Fn(_) | ast::Item::Env(_) => {
+                    self.err(TypeError::NotAValue { name: id.name.clone(), span: id.span })
+                }
                 ast::Item::Struct(_) => {
                     self.err(TypeError::UnknownName { name: id.name.clone(), span: id.span, similar: None })
                 }

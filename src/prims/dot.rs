@@ -1,11 +1,13 @@
 //! Linear algebra: `dot_general`, the one contraction every product (`@`, matrix-vector,
 //! batched matmul) is built from.
 
-use super::Rules;
 use super::elementwise::flush;
 use super::util::{check_axes, expect_arity, indices, list, strides};
+use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
+use crate::ir::build::Builder;
 use crate::lower::stablehlo::LowerCx;
+use crate::transform::vmap::BVal;
 
 /// `stablehlo.dot_general`: multiplies along the contracting dimensions and sums them
 /// away, pairing the batch dimensions. The result's dimensions are the batch dimensions
@@ -151,5 +153,37 @@ impl Rules for Dot {
             fields.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| format!("{k} = {}", list(v))).collect();
         let attrs = format!("dot_dimension_numbers = #stablehlo.dot<{}>", fields.join(", "));
         vec![cx.op("stablehlo.dot_general", args, &attrs, arg_tys, &outs[0])]
+    }
+
+    /// No data moves: the dimension numbers are renumbered around the batch axes. Two
+    /// batched operands pair their batch axes as one more (leading) batch dimension; a
+    /// single batched operand's batch axis is one of its free dimensions, which the
+    /// result keeps in order after the batch dimensions (lhs free ones, then rhs).
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        let (l, r) = (args[0], args[1]);
+        let lift = |dims: &[usize], axis: Option<usize>| -> Vec<usize> {
+            dims.iter().map(|&d| if axis.is_some_and(|a| d >= a) { d + 1 } else { d }).collect()
+        };
+        let mut dot = Dot {
+            lhs_batch: lift(&self.lhs_batch, l.axis),
+            rhs_batch: lift(&self.rhs_batch, r.axis),
+            lhs_contract: lift(&self.lhs_contract, l.axis),
+            rhs_contract: lift(&self.rhs_contract, r.axis),
+        };
+        let before = |free: Vec<usize>, a: usize| free.iter().filter(|&&d| d < a).count();
+        let lhs_free = free(b.ty(l.var).rank(), &dot.lhs_batch, &dot.lhs_contract);
+        let rhs_free = free(b.ty(r.var).rank(), &dot.rhs_batch, &dot.rhs_contract);
+        let n_batch = dot.lhs_batch.len();
+        let axis = match (l.axis, r.axis) {
+            (Some(la), Some(ra)) => {
+                dot.lhs_batch.insert(0, la);
+                dot.rhs_batch.insert(0, ra);
+                0
+            }
+            (Some(la), None) => n_batch + before(lhs_free, la),
+            (None, Some(ra)) => n_batch + lhs_free.len() + before(rhs_free, ra),
+            (None, None) => panic!("dot_general: batching rule called without a batched operand"),
+        };
+        vec![BVal::batched(b.prim1(Prim::Dot(dot), &[l.var, r.var]), axis)]
     }
 }

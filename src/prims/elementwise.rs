@@ -15,10 +15,12 @@
 //! - f32 `max`/`min` propagate NaN;
 //! - f32 arithmetic flushes subnormals to zero, as XLA's CPU runtime does (see `flush`).
 
-use super::Rules;
 use super::util::expect_arity;
+use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
+use crate::ir::build::Builder;
 use crate::lower::stablehlo::LowerCx;
+use crate::transform::vmap::{BVal, broadcasting, vectorized};
 
 /// A unary elementwise operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -43,6 +45,8 @@ pub enum UnaryOp {
     Sin,
     /// Cosine.
     Cos,
+    /// `log(1 + x)`, accurate near 0 (XLA's `log-plus-one`).
+    Log1p,
 }
 
 /// A binary elementwise operator. Both operands have the same dtype and shape: the IR
@@ -206,6 +210,7 @@ impl UnaryOp {
             UnaryOp::Floor => float_unop("floor", "stablehlo.floor", |x| flush(x).floor()),
             UnaryOp::Sin => float_unop("sin", "stablehlo.sine", f32::sin),
             UnaryOp::Cos => float_unop("cos", "stablehlo.cosine", f32::cos),
+            UnaryOp::Log1p => float_unop("log1p", "stablehlo.log_plus_one", log1p_f32),
         }
     }
 }
@@ -326,6 +331,47 @@ pub(super) fn flush(x: f32) -> f32 {
     if x.is_subnormal() { 0.0f32.copysign(x) } else { x }
 }
 
+/// XLA's CPU `log-plus-one` (`xla/codegen/intrinsic/log1p.cc`): for `|x| < sqrt(2) - 1`,
+/// Cephes' rational approximation `x - x²/2 + x³·P(x)/Q(x)`, whose multiply-adds LLVM
+/// fuses (XLA's CPU backend allows FMA contraction); beyond it, `log(1 + x)` (with the
+/// host's log, as the `log` row). Subnormals flush, as everywhere on XLA's CPU runtime.
+fn log1p_f32(x: f32) -> f32 {
+    // Cephes' coefficients (highest degree first), as XLA writes them in f64.
+    #[allow(clippy::excessive_precision)]
+    const NUMERATOR: [f64; 7] = [
+        4.5270000862445199635215E-5,
+        4.9854102823193375972212E-1,
+        6.5787325942061044846969E0,
+        2.9911919328553073277375E1,
+        6.0949667980987787057556E1,
+        5.7112963590585538103336E1,
+        2.0039553499201281259648E1,
+    ];
+    #[allow(clippy::excessive_precision)]
+    const DENOMINATOR: [f64; 7] = [
+        1.,
+        1.5062909083469192043167E1,
+        8.3047565967967209469434E1,
+        2.2176239823732856465394E2,
+        3.0909872225312059774938E2,
+        2.1642788614495947685003E2,
+        6.0118660497603843919306E1,
+    ];
+    // sqrt(2) - 1, rounded to f32 as XLA's constant is.
+    const SMALL: f32 = 0.414_213_57;
+    let x = flush(x);
+    if x.abs() < SMALL {
+        let poly = |cs: &[f64]| cs.iter().fold(0.0f32, |p, &c| flush(p.mul_add(x, c as f32)));
+        let x2 = flush(x * x);
+        let ratio = flush(poly(&NUMERATOR) / poly(&DENOMINATOR));
+        let cubic = flush(flush(x * x2) * ratio);
+        flush(x + flush((-0.5f32).mul_add(x2, cubic)))
+    } else {
+        // NaN lands here too, as in XLA's select.
+        flush(flush(x + 1.0).ln())
+    }
+}
+
 /// NaN-propagating maximum, as lowered: `a` when `a >= b` or `a` is NaN, else `b`. So
 /// equal operands give the first (`max(-0, +0)` is `-0`), and the comparison flushes
 /// subnormals while the result is an operand, unflushed.
@@ -405,6 +451,10 @@ impl Rules for Unary {
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         vec![cx.op(self.op.rule().hlo, args, "", arg_tys, &outs[0])]
     }
+
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        vectorized(b, Prim::Unary(self.clone()), args)
+    }
 }
 
 /// Emits `op(a, b)` on operands of type `ty`.
@@ -471,6 +521,10 @@ impl Rules for Binary {
 
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
         vec![lower_binary(cx, self.op, &args[0], &args[1], &arg_tys[0])]
+    }
+
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        broadcasting(b, Prim::Binary(self.clone()), args)
     }
 }
 
@@ -559,6 +613,10 @@ impl Rules for Compare {
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
         vec![lower_compare(cx, self.op, &args[0], &args[1], &arg_tys[0])]
     }
+
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        broadcasting(b, Prim::Compare(self.clone()), args)
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -608,6 +666,10 @@ impl Rules for Select {
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         vec![cx.op("stablehlo.select", args, "", arg_tys, &outs[0])]
     }
+
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        broadcasting(b, Prim::Select(Select), args)
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -654,5 +716,9 @@ impl Rules for Convert {
 
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         vec![cx.op("stablehlo.convert", args, "", arg_tys, &outs[0])]
+    }
+
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        vectorized(b, Prim::Convert(self.clone()), args)
     }
 }

@@ -1,10 +1,12 @@
 //! Layout primitives: they move elements without computing on them. Each evaluates as a
 //! gather (see [`super::util`]): the flat source position of every output element.
 
-use super::Rules;
 use super::util::{check_axes, concat_data, expect_arity, i64_array, indices, list, ravel, strides, take};
+use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy};
+use crate::ir::build::Builder;
 use crate::lower::stablehlo::LowerCx;
+use crate::transform::vmap::{BVal, batch_size, bdim_at};
 
 /// `stablehlo.broadcast_in_dim`: operand dimension `k` becomes result dimension
 /// `dims[k]`, where it must have the result's size or size 1 (then it is repeated).
@@ -82,6 +84,16 @@ impl Rules for Broadcast {
         let attrs = format!("broadcast_dimensions = {}", i64_array(&self.dims));
         vec![cx.op("stablehlo.broadcast_in_dim", args, &attrs, arg_tys, &outs[0])]
     }
+
+    /// The batch axis moves to the front and becomes a new leading result dimension, so
+    /// `dims` stays in the order it had (XLA wants it increasing).
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        let size = batch_size(b, args);
+        let x = bdim_at(b, args[0], 0, size);
+        let shape = std::iter::once(size).chain(self.shape.iter().copied()).collect();
+        let dims = std::iter::once(0).chain(self.dims.iter().map(|d| d + 1)).collect();
+        vec![BVal::batched(b.prim1(Prim::Broadcast(Broadcast { shape, dims }), &[x]), 0)]
+    }
 }
 
 impl Rules for Reshape {
@@ -113,6 +125,15 @@ impl Rules for Reshape {
 
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         vec![cx.op("stablehlo.reshape", args, "", arg_tys, &outs[0])]
+    }
+
+    /// Row-major order keeps each example's elements together only with the batch axis
+    /// in front, so it moves there first.
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        let size = batch_size(b, args);
+        let x = bdim_at(b, args[0], 0, size);
+        let shape = std::iter::once(size).chain(self.shape.iter().copied()).collect();
+        vec![BVal::batched(b.prim1(Prim::Reshape(Reshape { shape }), &[x]), 0)]
     }
 }
 
@@ -148,6 +169,14 @@ impl Rules for Transpose {
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         let attrs = format!("permutation = {}", i64_array(&self.perm));
         vec![cx.op("stablehlo.transpose", args, &attrs, arg_tys, &outs[0])]
+    }
+
+    /// One transpose that also brings the batch axis to the front.
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        let x = args[0];
+        let a = x.axis.expect("the operand is batched");
+        let perm = std::iter::once(a).chain(self.perm.iter().map(|&p| if p >= a { p + 1 } else { p })).collect();
+        vec![BVal::batched(b.prim1(Prim::Transpose(Transpose { perm }), &[x.var]), 0)]
     }
 }
 
@@ -220,5 +249,13 @@ impl Rules for Concat {
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         let attrs = format!("dimension = {} : i64", self.axis);
         vec![cx.op("stablehlo.concatenate", args, &attrs, arg_tys, &outs[0])]
+    }
+
+    /// Every operand gets its batch axis in front (unbatched ones broadcast), and the
+    /// join moves one dimension along.
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        let size = batch_size(b, args);
+        let vars: Vec<_> = args.iter().map(|&x| bdim_at(b, x, 0, size)).collect();
+        vec![BVal::batched(b.prim1(Prim::Concat(Concat { axis: self.axis + 1 }), &vars), 0)]
     }
 }

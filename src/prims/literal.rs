@@ -1,9 +1,11 @@
 //! Literal primitives, which take no arguments: constants and iota.
 
-use super::Rules;
 use super::util::{expect_arity, indices};
+use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
+use crate::ir::build::Builder;
 use crate::lower::stablehlo::LowerCx;
+use crate::transform::vmap::BVal;
 
 /// A constant array. Lowered as `stablehlo.constant` with every float written so that it
 /// parses back to the same bits (NaN and infinities included).
@@ -85,6 +87,12 @@ impl Rules for Constant {
     fn lower(&self, cx: &mut LowerCx, _args: &[String], _arg_tys: &[ArrayTy], _outs: &[ArrayTy]) -> Vec<String> {
         vec![cx.constant(&self.value)]
     }
+
+    /// A constant takes no arguments, so it is the same for every example: `vmap` copies
+    /// it unchanged, and so does this rule.
+    fn batch(&self, b: &mut Builder, _args: &[BVal]) -> Vec<BVal> {
+        vec![BVal::unbatched(b.prim1(Prim::Constant(self.clone()), &[]))]
+    }
 }
 
 impl Rules for Iota {
@@ -121,5 +129,10 @@ impl Rules for Iota {
 
     fn lower(&self, cx: &mut LowerCx, _args: &[String], _arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
         vec![cx.op("stablehlo.iota", &[], &format!("iota_dimension = {} : i64", self.dim), &[], &outs[0])]
+    }
+
+    /// Never batched, as a constant.
+    fn batch(&self, b: &mut Builder, _args: &[BVal]) -> Vec<BVal> {
+        vec![BVal::unbatched(b.prim1(Prim::Iota(self.clone()), &[]))]
     }
 }

@@ -2,9 +2,9 @@
 //!
 //! Every primitive is defined in exactly one place, in the file of its family, and that
 //! place carries all of its rules through the [`Rules`] trait: the type/shape rule, the
-//! reference evaluation and the StableHLO lowering. The trait has no default bodies, so a
-//! new primitive does not compile until every rule exists. (Batching and differentiation
-//! rules join the trait when those transforms arrive.)
+//! reference evaluation, the StableHLO lowering and the batching rule (for `vmap`). The
+//! trait has no default bodies, so a new primitive does not compile until every rule
+//! exists. (Differentiation rules join the trait when that transform arrives.)
 
 pub mod dot;
 pub mod elementwise;
@@ -18,7 +18,9 @@ pub mod util;
 mod tests;
 
 use crate::array::{Array, ArrayTy};
+use crate::ir::build::Builder;
 use crate::lower::stablehlo::LowerCx;
+use crate::transform::vmap::BVal;
 
 pub use dot::Dot;
 pub use elementwise::{Binary, BinaryOp, CmpOp, Compare, Convert, Select, Unary, UnaryOp};
@@ -46,6 +48,13 @@ pub trait Rules {
     /// Emits StableHLO for one application. `args` are the SSA names of the operands;
     /// returns the SSA names of the results, one per type in `outs`.
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String>;
+
+    /// The batching rule (see `transform::vmap`): emits into `b` this primitive applied to
+    /// a batch of examples and returns its results. `args[k].axis` is the batch axis of
+    /// argument `k`, or `None` when every example shares it; at least one argument is
+    /// batched (the machinery copies an equation with none unchanged). Each result's batch
+    /// axis may be wherever is cheapest, or `None` if it does not vary.
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal>;
 }
 
 /// Every primitive of the IR. Each variant's rules live in its family's module.

@@ -5,11 +5,13 @@
 //! elementwise primitive uses (NaN propagation included), and the lowering puts that
 //! operator's StableHLO op in the `stablehlo.reduce` region.
 
-use super::Rules;
 use super::elementwise::{BinaryOp, BinaryRow, CmpOp, flush, lower_binary, lower_compare};
 use super::util::{check_axes, expect_arity, i64_array, indices, list, ravel, strides};
+use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
+use crate::ir::build::Builder;
 use crate::lower::stablehlo::{LowerCx, fn_type, tensor_type};
+use crate::transform::vmap::BVal;
 
 /// A reduction operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -182,6 +184,16 @@ impl Rules for Reduce {
         let combiner = self.op.combiner(d).expect("reduction defined on the dtype");
         vec![lower_reduce(cx, &args[0], &arg_tys[0], &self.op.init(d), combiner, &self.axes)]
     }
+
+    /// Reduces the same axes, renumbered around the batch axis, which stays; it moves
+    /// forward by the number of reduced axes before it.
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        let x = args[0];
+        let a = x.axis.expect("the operand is batched");
+        let axes: Vec<usize> = self.axes.iter().map(|&d| if d >= a { d + 1 } else { d }).collect();
+        let out = a - axes.iter().filter(|&&d| d < a).count();
+        vec![BVal::batched(b.prim1(Prim::Reduce(Reduce { op: self.op, axes }), &[x.var]), out)]
+    }
 }
 
 impl Rules for Argmax {
@@ -283,5 +295,15 @@ impl Rules for Argmax {
         let cand =
             cx.op("stablehlo.select", &[hit, iota, none], "", &[mask_ty, idx_ty.clone(), idx_ty.clone()], &idx_ty);
         vec![lower_reduce(cx, &cand, &idx_ty, &ReduceOp::Min.init(DType::I32), BinaryOp::Min, &[axis])]
+    }
+
+    /// Searches the same axis, renumbered around the batch axis, which stays (one place
+    /// forward if the searched axis was before it).
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        let x = args[0];
+        let a = x.axis.expect("the operand is batched");
+        let axis = if self.axis >= a { self.axis + 1 } else { self.axis };
+        let out = if axis < a { a - 1 } else { a };
+        vec![BVal::batched(b.prim1(Prim::Argmax(Argmax { axis }), &[x.var]), out)]
     }
 }

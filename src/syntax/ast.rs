@@ -29,11 +29,13 @@ pub struct Use {
     pub span: Span,
 }
 
+/// A top-level item.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
     Const(Const),
     Struct(Struct),
     Fn(Fn),
+    Env(Env),
 }
 
 /// `const ROWS: i32 = 10;`
@@ -65,6 +67,49 @@ pub struct Fn {
     pub ret: Type,
     pub body: Block,
     pub span: Span,
+}
+
+/// An environment: its members and its functions, each kind in source order.
+///
+/// ```text
+/// env Catch {
+///     observation: f32[ROWS, COLS]
+///     action: discrete(3)
+///     time_limit: 500
+///     fn reset(key: Key) -> State { ... }
+///     fn step(s: State, a: i32, key: Key) -> Step<State> { ... }
+///     fn observe(s: State) -> f32[ROWS, COLS] { ... }
+/// }
+/// ```
+///
+/// The parser accepts any members and functions; which ones an environment must have is
+/// checked later.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Env {
+    pub name: Ident,
+    pub members: Vec<EnvMember>,
+    pub fns: Vec<Fn>,
+    pub span: Span,
+}
+
+/// `observation: f32[ROWS, COLS]`, `action: discrete(3)`, `time_limit: 500`. The span
+/// covers `name: spec`, not a `,` or `;` after it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EnvMember {
+    pub name: Ident,
+    pub spec: EnvSpec,
+    pub span: Span,
+}
+
+/// What an environment member says.
+#[derive(Clone, Debug, PartialEq)]
+pub enum EnvSpec {
+    /// A type: `f32[ROWS, COLS]`, `State`, `Dense<3, 4>`, `(f32, i32)`.
+    Type(Type),
+    /// A space: `discrete(3)`, `box(ROWS, 4)`: a name, then dimensions in parentheses.
+    Space { kind: Ident, args: Vec<DimExpr>, span: Span },
+    /// An integer: `500`.
+    Int(u64, Span),
 }
 
 /// A written type.

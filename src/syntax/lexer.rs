@@ -63,9 +63,21 @@ pub fn lex(file: FileId, src: &str) -> Lexed<'_> {
                 );
                 pending_error = true;
             }
-            Err(LexError::IntTooLarge) => {
-                out.diags.push(int_too_large(file, span.start, span.end));
-                out.tokens.push((span.start, Tok::Int(u64::MAX), span.end));
+            // A bad integer literal is still an integer, so that the parse goes on undisturbed.
+            Err(error @ (LexError::IntTooLarge | LexError::BadHex)) => {
+                if let Some(run) = bad_run.take() {
+                    out.diags.push(invalid_chars(file, src, run));
+                }
+                if std::mem::take(&mut pending_error) {
+                    out.after_error.push(span.start);
+                }
+                let (diag, value) = if error == LexError::BadHex {
+                    (bad_hex(file, src, span.start, span.end), 0)
+                } else {
+                    (int_too_large(file, span.start, span.end), u64::MAX)
+                };
+                out.diags.push(diag);
+                out.tokens.push((span.start, Tok::Int(value), span.end));
             }
         }
     }
@@ -107,6 +119,17 @@ fn push_int(out: &mut Lexed<'_>, file: FileId, digits: &str, start: usize, end: 
 fn int_too_large(file: FileId, start: usize, end: usize) -> Diag {
     Diag::new("E0005", "integer literal is too large", Span::new(file, start, end), "does not fit in 64 bits")
         .with_note(format!("the largest integer literal is {}", u64::MAX))
+}
+
+/// E0003 for a hexadecimal literal with no digits or a bad one: `0x`, `0xFG`.
+fn bad_hex(file: FileId, src: &str, start: usize, end: usize) -> Diag {
+    let text = src.get(start..end).unwrap_or("");
+    let label = match text.get(2..).and_then(|d| d.chars().find(|&c| c != '_' && !c.is_ascii_hexdigit())) {
+        Some(c) => format!("`{c}` is not a hexadecimal digit"),
+        None => "no digits after `0x`".to_string(),
+    };
+    Diag::new("E0003", format!("invalid hexadecimal literal `{text}`"), Span::new(file, start, end), label)
+        .with_help("hexadecimal digits are `0`-`9` and `a`-`f` (or `A`-`F`), as in `0x1BD1_1BDA`")
 }
 
 /// E0003 for the invalid characters in `start..end`.

@@ -12,15 +12,17 @@
 //! |-------|---------|
 //! | E0001 | unexpected token: "expected one of `)` or `,`, found `;`" |
 //! | E0002 | unexpected end of file; secondary labels mark delimiters left open |
-//! | E0003 | invalid character (a run of them is one error) |
+//! | E0003 | invalid character (a run of them is one error), or malformed hexadecimal literal (`0xFG`) |
 //! | E0004 | unterminated block comment (block comments nest) |
 //! | E0005 | integer literal above `u64::MAX`, or tuple index above `u32::MAX` |
 //! | E0006 | chained comparison, `a < b < c` |
 //! | E0007 | expression nested too deeply (more than 256 levels) |
 //!
-//! After a syntax error the parser skips to the next item (`fn`, `struct`, `const`, `use`),
-//! or, inside a `let` statement, to its `;`; at most 100 syntax errors are reported per
-//! file. The returned module holds every item that parsed, including those from which a
+//! After a syntax error the parser skips to the next item (`fn`, `struct`, `const`, `env`,
+//! `use`), or, inside a `let` statement, to its `;`; inside an `env` body, to the env's next
+//! `fn` or to its closing `}` (the one that matches its `{`, found by counting braces), so
+//! a broken member or function loses neither the env nor its other functions. At most 100
+//! syntax errors are reported per file. The returned module holds every item that parsed, including those from which a
 //! broken `let` was dropped, so later phases should not run on a module whose parse
 //! reported errors.
 

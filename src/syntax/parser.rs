@@ -41,7 +41,8 @@ pub(crate) struct Sink<'s> {
 
 /// Parses one file. See [`crate::syntax`] for the error codes.
 pub fn parse(file: FileId, src: &str) -> (Module, Vec<Diag>) {
-    let lexed = lexer::lex(file, src);
+    let mut lexed = lexer::lex(file, src);
+    mark_env_ends(&mut lexed.tokens);
     let mut diags = lexed.diags;
     let empty = Module { uses: vec![], items: vec![] };
     if let Some((start, end)) = nesting_bound(&lexed.tokens) {
@@ -79,7 +80,41 @@ pub fn parse(file: FileId, src: &str) -> (Module, Vec<Diag>) {
     (module, diags)
 }
 
+/// Turns the `}` that matches each `env NAME {` into [`Tok::EnvClose`], which the grammar
+/// takes as the end of the env: recovering from an error inside an env then skips to the
+/// env's real end, not to the first `}` (which may close a block inside one of its
+/// functions). An env whose `{` is never matched keeps plain `}`s only.
+fn mark_env_ends(tokens: &mut [Spanned<'_>]) {
+    // For each open `{`: whether it opens an env body.
+    let mut open: Vec<bool> = vec![];
+    // The two tokens before the current one.
+    let mut before: [Option<Tok<'_>>; 2] = [None, None];
+    for (_, tok, _) in tokens.iter_mut() {
+        let this = *tok;
+        match this {
+            Tok::LBrace => open.push(matches!(before, [Some(Tok::Env), Some(Tok::Name(_))])),
+            // The guard pops whether it holds or not: every `}` closes the innermost `{`.
+            Tok::RBrace if open.pop() == Some(true) => *tok = Tok::EnvClose,
+            _ => {}
+        }
+        before = [before[1], Some(this)];
+    }
+}
+
 // ----- helpers for the grammar's actions
+
+/// The members and functions of an env, as the grammar collects them.
+#[derive(Default)]
+pub(crate) struct EnvBody {
+    pub(crate) members: Vec<EnvMember>,
+    pub(crate) fns: Vec<Fn>,
+}
+
+impl EnvBody {
+    pub(crate) fn into_env(self, name: Ident, span: Span) -> Env {
+        Env { name, members: self.members, fns: self.fns, span }
+    }
+}
 
 pub(crate) fn expr(kind: ExprKind, lo: usize, hi: usize, file: FileId) -> Expr {
     Expr { kind, span: Span::new(file, lo, hi) }
@@ -141,6 +176,21 @@ pub(crate) fn tuple_field(sink: &mut Sink<'_>, e: Expr, index: u64, index_span: 
     Expr { kind: ExprKind::TupleField(Box::new(e), index, index_span), span }
 }
 
+/// E0001 for a `let` statement directly in an env body (`let` is three bytes long).
+pub(crate) fn stray_let(span: Span) -> Diag {
+    Diag::new(
+        "E0001",
+        "expected a member (`name: type`) or `fn`, found keyword `let`",
+        span,
+        "unexpected keyword `let`",
+    )
+    .with_help(STRAY_LET_HELP)
+}
+
+const ENV_BODY_HELP: &str = "an `env` body holds members, such as `action: discrete(3)`, and `fn` items";
+const STRAY_LET_HELP: &str =
+    "`let` statements go inside functions; an `env` body holds members, such as `action: discrete(3)`, and `fn` items";
+
 /// E0006, for the second operator of `a < b < c` (`first` is `a < b`).
 pub(crate) fn chained_comparison(first: &Expr, op: Span) -> Diag {
     Diag::new("E0006", "comparison operators cannot be chained", op, "second comparison")
@@ -190,7 +240,7 @@ impl ErrorContext<'_, '_> {
     /// E0001: "expected one of `)` or `,`, found `;`".
     fn unexpected(&self, start: usize, tok: Tok<'_>, end: usize, expected: &[String]) -> Diag {
         let found = tok.describe(self.src.get(start..end).unwrap_or(""));
-        let message = match expected_phrase(expected) {
+        let message = match expected_phrase(expected, false) {
             Some(expected) => format!("{expected}, found {found}"),
             None => format!("unexpected {found}"),
         };
@@ -200,15 +250,21 @@ impl ErrorContext<'_, '_> {
         // only blamed for a wrong closer: in `struct S { a: f32; }` it is closed later.)
         let innermost = self.tokens.get(..at).map(unclosed_delimiters).and_then(|open| open.last().copied());
         let diag = match (innermost, tok) {
-            (Some((lo, Tok::LParen, hi)), Tok::Semi | Tok::RBracket | Tok::RBrace) if has(expected, ")") => {
+            (Some((lo, Tok::LParen, hi)), Tok::Semi | Tok::RBracket | Tok::RBrace | Tok::EnvClose)
+                if has(expected, ")") =>
+            {
                 diag.with_label(Span::new(self.file, lo, hi), "unclosed delimiter")
             }
-            (Some((lo, Tok::LBracket, hi)), Tok::Semi | Tok::RParen | Tok::RBrace) if has(expected, "]") => {
+            (Some((lo, Tok::LBracket, hi)), Tok::Semi | Tok::RParen | Tok::RBrace | Tok::EnvClose)
+                if has(expected, "]") =>
+            {
                 diag.with_label(Span::new(self.file, lo, hi), "unclosed delimiter")
             }
-            (Some((lo, Tok::LBrace, hi)), Tok::RParen | Tok::RBracket) if has(expected, "}") => {
-                diag.with_label(Span::new(self.file, lo, hi), "unclosed delimiter")
-            }
+            // (or for an item keyword, which cannot be inside braces, except `fn` right in an env)
+            (
+                Some((lo, Tok::LBrace, hi)),
+                Tok::RParen | Tok::RBracket | Tok::Fn | Tok::Env | Tok::Struct | Tok::Const | Tok::Use,
+            ) if has(expected, "}") => diag.with_label(Span::new(self.file, lo, hi), "unclosed delimiter"),
             _ => diag,
         };
         self.with_help(diag, at, Some(tok), expected)
@@ -216,7 +272,7 @@ impl ErrorContext<'_, '_> {
 
     /// E0002, with a secondary label on each delimiter left open.
     fn unexpected_eof(&self, location: usize, expected: &[String]) -> Diag {
-        let message = match expected_phrase(expected) {
+        let message = match expected_phrase(expected, true) {
             Some(expected) => format!("unexpected end of file, {expected}"),
             None => "unexpected end of file".to_string(),
         };
@@ -231,11 +287,16 @@ impl ErrorContext<'_, '_> {
     /// Adds the help that fits the error at token index `at` (`found`, or the end of file).
     fn with_help(&self, diag: Diag, at: usize, found: Option<Tok<'_>>, expected: &[String]) -> Diag {
         let before = |n: usize| at.checked_sub(n).and_then(|i| self.tokens.get(i)).map(|t| t.1);
-        let help = if has(expected, "else") {
+        let help = if in_env_body(expected) && found.is_some() {
+            ENV_BODY_HELP.to_string()
+        } else if found != Some(Tok::Colon) && expected.len() == 1 && has(expected, ":") && self.in_env(at) {
+            // `env E { x + 1 }`: `x` was taken for a member's name.
+            ENV_BODY_HELP.to_string()
+        } else if has(expected, "else") {
             "`if` is an expression, so it needs an `else` branch".to_string()
         } else if has(expected, "carry") {
             "a `for` loop carries a value: `for i in 0..N carry acc = init { ... }`".to_string()
-        } else if found == Some(Tok::RBrace) && has(expected, "let") {
+        } else if matches!(found, Some(Tok::RBrace | Tok::EnvClose)) && has(expected, "let") {
             "a block must end with an expression, which is its value".to_string()
         } else if found == Some(Tok::Assign) && has(expected, "==") {
             "to compare two values, use `==`".to_string()
@@ -258,13 +319,22 @@ impl ErrorContext<'_, '_> {
         diag.with_help(help)
     }
 
+    /// Whether token `at` is directly in an env body: the innermost `{` still open before it
+    /// follows `env NAME`.
+    fn in_env(&self, at: usize) -> bool {
+        let Some(before) = self.tokens.get(..at) else { return false };
+        let Some(&(start, Tok::LBrace, _)) = unclosed_delimiters(before).last() else { return false };
+        let i = before.partition_point(|&(s, _, _)| s < start);
+        i >= 2 && matches!(before.get(i - 2..i), Some([(_, Tok::Env, _), (_, Tok::Name(_), _)]))
+    }
+
     /// The keyword that starts the statement containing token `at` (at the same bracket
     /// depth, with no `;` in between), if any.
     fn enclosing_statement(&self, at: usize) -> Option<Tok<'_>> {
         let mut depth = 0usize;
         for &(_, tok, _) in self.tokens.get(..at)?.iter().rev() {
             match tok {
-                Tok::RParen | Tok::RBracket | Tok::RBrace => depth += 1,
+                Tok::RParen | Tok::RBracket | Tok::RBrace | Tok::EnvClose => depth += 1,
                 Tok::LParen | Tok::LBracket | Tok::LBrace => depth = depth.checked_sub(1)?,
                 Tok::Semi if depth == 0 => return None,
                 Tok::Let | Tok::Const | Tok::Use if depth == 0 => return Some(tok),
@@ -276,7 +346,22 @@ impl ErrorContext<'_, '_> {
 }
 
 fn has(expected: &[String], terminal: &str) -> bool {
-    expected.iter().any(|t| t.trim_matches('"') == terminal)
+    expected.iter().any(|t| terminal_name(t) == terminal)
+}
+
+/// How a message writes an expected terminal: without lalrpop's quotes, and the end of an
+/// env (a token of its own, see [`mark_env_ends`]) as the `}` it is.
+fn terminal_name(t: &str) -> &str {
+    match t.trim_matches('"') {
+        "env}" => "}",
+        t => t,
+    }
+}
+
+/// Whether the parser was in an env body, where members and functions go: only there are
+/// both an identifier and `fn` expected.
+fn in_env_body(expected: &[String]) -> bool {
+    has(expected, "identifier") && has(expected, "fn")
 }
 
 /// Tokens that can start an expression: when all are expected, the message says
@@ -291,12 +376,19 @@ const BINARY_OPS: [&str; 15] = ["+", "-", "*", "/", "%", "**", "@", "==", "!=", 
 const POSTFIX_OPS: [&str; 4] = ["as", ".", "[", "("];
 
 /// "expected `;`", "expected one of `)`, `,` or an operator": lalrpop's list of expected
-/// terminals, sorted, deduplicated and summarised. `None` if nothing was expected.
-fn expected_phrase(expected: &[String]) -> Option<String> {
-    let mut terms: Vec<&str> = expected.iter().map(|t| t.trim_matches('"')).collect();
+/// terminals, sorted, deduplicated and summarised. `None` if nothing was expected. At the
+/// end of the file (`eof`), an env body's `}` is worth mentioning.
+fn expected_phrase(expected: &[String], eof: bool) -> Option<String> {
+    let mut terms: Vec<&str> = expected.iter().map(|t| terminal_name(t)).collect();
     terms.sort_unstable();
     terms.dedup();
     let mut words = vec![];
+    if in_env_body(expected) {
+        // Separators are optional, and a spec that could go on (`f32[`, `Dense<`, `box(`) is a detail.
+        terms.retain(|t| !["identifier", "fn", "let", ",", ";", "<", "[", "("].contains(t) && (eof || *t != "}"));
+        words.push("a member (`name: type`)");
+        words.push("`fn`");
+    }
     if EXPR_START.iter().all(|t| terms.contains(t)) {
         terms.retain(|t| !EXPR_START.contains(t));
         words.push("an expression");
@@ -337,7 +429,7 @@ fn unclosed_delimiters<'s>(tokens: &[Spanned<'s>]) -> Vec<Spanned<'s>> {
             }
             Tok::RParen => Tok::LParen,
             Tok::RBracket => Tok::LBracket,
-            Tok::RBrace => Tok::LBrace,
+            Tok::RBrace | Tok::EnvClose => Tok::LBrace,
             _ => continue,
         };
         if let Some(i) = open.iter().rposition(|&(_, t, _)| t == opener) {
@@ -380,14 +472,14 @@ fn nesting_bound(tokens: &[Spanned<'_>]) -> Option<(usize, usize)> {
                 stack.push(top);
                 top = Group::default();
             }
-            Tok::RParen | Tok::RBracket | Tok::RBrace => {
+            Tok::RParen | Tok::RBracket | Tok::RBrace | Tok::EnvClose => {
                 // An unmatched closer at the top level closes nothing.
                 if let Some(mut parent) = stack.pop() {
                     parent.inner = parent.inner.max(top.depth() + 1);
                     top = parent;
                 }
             }
-            Tok::Comma | Tok::Semi | Tok::Let | Tok::Fn | Tok::Struct | Tok::Const | Tok::Use => {
+            Tok::Comma | Tok::Semi | Tok::Let | Tok::Fn | Tok::Env | Tok::Struct | Tok::Const | Tok::Use => {
                 top.done = top.depth();
                 top.ops = 0;
                 top.inner = 0;

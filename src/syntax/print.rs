@@ -178,16 +178,33 @@ fn item_doc(item: &Item) -> Doc {
             items.extend(s.fields.iter().map(|(name, ty)| atom(format!("({}: {})", name.name, print_type(ty)))));
             Doc::List { force: !s.fields.is_empty(), items, head }
         }
-        Item::Fn(f) => {
-            let mut items = vec![atom("fn"), atom(&f.name.name)];
-            items.extend(generics_doc(&f.generics));
-            items.extend(f.params.iter().map(|(name, ty)| atom(format!("({}: {})", name.name, print_type(ty)))));
-            items.push(atom("->"));
-            items.push(atom(print_type(&f.ret)));
-            let head = items.len();
-            items.extend(block_docs(&f.body));
-            Doc::List { items, head, force: true }
+        Item::Fn(f) => fn_doc(f),
+        Item::Env(e) => {
+            let mut items = vec![atom("env"), atom(&e.name.name)];
+            items.extend(e.members.iter().map(|m| atom(format!("({}: {})", m.name.name, print_env_spec(&m.spec)))));
+            items.extend(e.fns.iter().map(fn_doc));
+            Doc::List { force: items.len() > 2, items, head: 2 }
         }
+    }
+}
+
+fn fn_doc(f: &Fn) -> Doc {
+    let mut items = vec![atom("fn"), atom(&f.name.name)];
+    items.extend(generics_doc(&f.generics));
+    items.extend(f.params.iter().map(|(name, ty)| atom(format!("({}: {})", name.name, print_type(ty)))));
+    items.push(atom("->"));
+    items.push(atom(print_type(&f.ret)));
+    let head = items.len();
+    items.extend(block_docs(&f.body));
+    Doc::List { items, head, force: true }
+}
+
+/// Prints what an env member says in source syntax: `f32[R, C]`, `discrete(3)`, `500`.
+pub fn print_env_spec(spec: &EnvSpec) -> String {
+    match spec {
+        EnvSpec::Type(t) => print_type(t),
+        EnvSpec::Space { kind, args, .. } => format!("{}({})", kind.name, dims_str(args)),
+        EnvSpec::Int(n, _) => n.to_string(),
     }
 }
 

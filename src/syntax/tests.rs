@@ -1,7 +1,7 @@
 //! Parser tests: snapshots of the printed tree for valid programs, precedence and lexing
 //! checks, snapshots of the diagnostics for `tests/ui/parse/*.pod`, and a no-panic sweep.
 
-use super::ast::{ExprKind, Item, Module};
+use super::ast::{DimExpr, EnvSpec, ExprKind, Item, Module, TypeKind};
 use super::lexer::lex;
 use super::parse;
 use super::print::{print_expr, print_module};
@@ -136,6 +136,62 @@ fn long_lines_break() {
 }
 
 #[test]
+fn envs() {
+    insta::assert_snapshot!(ast(r"
+        const ROWS: i32 = 10;
+        env Catch {
+            observation: f32[ROWS, COLS]
+            action: discrete(3)
+            time_limit: 500
+
+            fn reset(key: Key) -> State { State { x: 0 } }
+            fn step(s: State, a: i32, key: Key) -> Step<State> {
+                let r = 1.0;
+                Step { state: s, reward: r, terminated: false, truncated: false }
+            }
+            fn observe(s: State) -> f32[ROWS, COLS] { zeros([ROWS, COLS]) }
+        }
+        env Kinds {
+            a: f32, b: Foo; c: Dense<3, N>,
+            fn f() -> f32 { 1.0 }
+            d: (f32, i32[2]); e: (), g: box(ROWS, 4), h: discrete(0x10,);
+            i: none()
+            j: 0x1F4
+        }
+        env Empty {}
+        env Fns { fn a() -> f32 { 1.0 } fn b() -> f32 { a() } }
+        fn after() -> f32 { 1.0 }
+    "));
+}
+
+/// Which member is which: a type, a space or an integer.
+#[test]
+fn env_members() {
+    let m = parse_ok("env E { a: f32[2, N], b: discrete(3), c: 500, d: State, e: none() }");
+    let Some(Item::Env(e)) = m.items.first() else { panic!("expected an env") };
+    assert_eq!(e.name.name, "E");
+    assert!(e.fns.is_empty());
+    let names: Vec<&str> = e.members.iter().map(|m| m.name.name.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c", "d", "e"]);
+    let text = |s: super::span::Span| {
+        &"env E { a: f32[2, N], b: discrete(3), c: 500, d: State, e: none() }"[s.start as usize..s.end as usize]
+    };
+    assert!(
+        matches!(&e.members[0].spec, EnvSpec::Type(t) if matches!(&t.kind, TypeKind::Array { dims, .. } if dims.len() == 2))
+    );
+    let EnvSpec::Space { kind, args, span } = &e.members[1].spec else { panic!("expected a space") };
+    assert_eq!((kind.name.as_str(), text(*span)), ("discrete", "discrete(3)"));
+    assert!(matches!(args.as_slice(), [DimExpr::Lit(3, _)]));
+    assert!(matches!(&e.members[2].spec, EnvSpec::Int(500, s) if text(*s) == "500"));
+    assert!(
+        matches!(&e.members[3].spec, EnvSpec::Type(t) if matches!(&t.kind, TypeKind::Named { args, .. } if args.is_empty()))
+    );
+    assert!(matches!(&e.members[4].spec, EnvSpec::Space { args, .. } if args.is_empty()));
+    assert_eq!(text(e.members[1].span), "b: discrete(3)", "a member's span leaves out its separator");
+    assert_eq!(text(e.span), "env E { a: f32[2, N], b: discrete(3), c: 500, d: State, e: none() }");
+}
+
+#[test]
 fn empty_file_and_comments_only() {
     assert_eq!(ast(""), "");
     assert_eq!(ast("// nothing\n/* at /* all */ */"), "");
@@ -168,6 +224,8 @@ fn precedence() {
         ("f(x)[1:] .0", "(field (index (call f x) (: 1 _)) 0)"),
         ("if a { b } else { c } + 1", "(+ (if a b c) 1)"),
         ("{ a } * 2", "(* (block a) 2)"),
+        ("0x10 + 0X1f * 2", "(+ 16 (* 31 2))"),
+        ("-0xFF as u32", "(as (neg 255) u32)"),
     ];
     for (src, want) in cases {
         assert_eq!(expr(src), want, "parsing `{src}`");
@@ -233,11 +291,32 @@ fn floats_ranges_and_tuple_fields() {
 }
 
 #[test]
+fn hex_literals() {
+    use Tok::*;
+    assert_eq!(
+        tokens("0x0 0x1BD11BDA 0xFFFF_FFFF 0X_ff 0xdead_BEEF 0xFFFFFFFFFFFFFFFF"),
+        [Int(0), Int(0x1BD1_1BDA), Int(0xFFFF_FFFF), Int(0xFF), Int(0xDEAD_BEEF), Int(u64::MAX)]
+    );
+    // Only a leading `0x` makes a hexadecimal literal.
+    assert_eq!(tokens("10x x0x1 0 x1"), [Int(10), Name("x"), Name("x0x1"), Int(0), Name("x1")]);
+    assert_eq!(tokens("t.0x1"), [Name("t"), Dot, Int(1)]);
+    assert_eq!(expr("0x1BD11BDA"), "466688986");
+    assert_eq!(codes("const A: u32 = 0x1_0000_0000_0000_0000;"), ["E0005"]);
+    assert_eq!(codes("const A: u32 = 0xFFFF_FFFF_FFFF_FFFF_F;"), ["E0005"]);
+    // A bad digit or no digit at all is one error, and the parse goes on as for an integer.
+    assert_eq!(codes("const A: u32 = 0xFG; const B: u32 = 0x; const C: u32 = 0x__;"), ["E0003", "E0003", "E0003"]);
+    let (_, diags) = parse(0, "fn f() -> u32 { 0x12z4 + 1 }");
+    let d = diags.first().map(|d| (d.message.as_str(), d.primary.1.as_str()));
+    assert_eq!(d, Some(("invalid hexadecimal literal `0x12z4`", "`z` is not a hexadecimal digit")));
+    assert_eq!(diags.len(), 1);
+}
+
+#[test]
 fn keywords_and_punctuation() {
     use Tok::*;
     assert_eq!(
-        tokens("use const struct fn let if else for in carry as true false iff"),
-        [Use, Const, Struct, Fn, Let, If, Else, For, In, Carry, As, True, False, Name("iff")]
+        tokens("use const struct fn env let if else for in carry as true false iff envs"),
+        [Use, Const, Struct, Fn, Env, Let, If, Else, For, In, Carry, As, True, False, Name("iff"), Name("envs")]
     );
     assert_eq!(
         tokens("()[]{},;: :: . .. -> = + - * / % ** @ == != < <= > >= && || !"),
@@ -324,12 +403,119 @@ fn messages() {
             Some("a struct literal in an `if` condition or a `for` header needs parentheses: `(S { .. })`"),
         ),
         ("fn 1", "expected an identifier, found integer `1`", None),
-        ("let x = 1;", "expected one of `const`, `fn`, `struct` or `use`, found keyword `let`", None),
+        ("let x = 1;", "expected one of `const`, `env`, `fn`, `struct` or `use`, found keyword `let`", None),
+        (
+            "env E { let x = 1; }",
+            "expected a member (`name: type`) or `fn`, found keyword `let`",
+            Some(
+                "`let` statements go inside functions; an `env` body holds members, such as \
+                 `action: discrete(3)`, and `fn` items",
+            ),
+        ),
+        (
+            "env E { 1 + 2 }",
+            "expected a member (`name: type`) or `fn`, found integer `1`",
+            Some("an `env` body holds members, such as `action: discrete(3)`, and `fn` items"),
+        ),
+        (
+            "env E { a: f32[3] = 1 }",
+            "expected a member (`name: type`) or `fn`, found `=`",
+            Some("an `env` body holds members, such as `action: discrete(3)`, and `fn` items"),
+        ),
+        (
+            "env E { a f32 }",
+            "expected `:`, found identifier `f32`",
+            Some("an `env` body holds members, such as `action: discrete(3)`, and `fn` items"),
+        ),
+        ("env E { a: discrete(3; }", "expected one of `)` or `,`, found `;`", None),
+        ("env E { a: 1.5 }", "expected `(`, an identifier or an integer, found float `1.5`", None),
+        (
+            "env E { fn f() -> f32 { 1.0 } let (a, b) = (1, 2); }",
+            "expected a member (`name: type`) or `fn`, found keyword `let`",
+            Some(
+                "`let` statements go inside functions; an `env` body holds members, such as \
+                 `action: discrete(3)`, and `fn` items",
+            ),
+        ),
+        ("env { a: f32 }", "expected an identifier, found `{`", None),
+        ("env E { a: f32", "unexpected end of file, expected `}`, a member (`name: type`) or `fn`", None),
+        (
+            "env E { a: i32 x + 1 }",
+            "expected `:`, found `+`",
+            Some("an `env` body holds members, such as `action: discrete(3)`, and `fn` items"),
+        ),
+        ("fn f(x f32) -> f32 { x }", "expected `:`, found identifier `f32`", None),
     ];
     for (src, message, help) in cases {
         let (_, diags) = parse(0, src);
         let first = diags.first().map(|d| (d.message.as_str(), d.help.as_deref()));
         assert_eq!(first, Some((message, help)), "for `{src}`");
+    }
+}
+
+/// The members and functions (by name) of each env in `src`, and the names of the other
+/// items, after a parse that must report exactly `want` errors.
+fn recovered(src: &str, want: &[&str]) -> Vec<String> {
+    let (m, diags) = parse(0, src);
+    let got: Vec<&str> = diags.iter().map(|d| d.code).collect();
+    assert_eq!(got, want, "for `{src}`:\n{}", render(src, &diags));
+    m.items
+        .iter()
+        .map(|item| match item {
+            Item::Env(e) => {
+                let members = e.members.iter().map(|m| m.name.name.as_str());
+                let fns = e.fns.iter().map(|f| format!("fn {}", f.name.name));
+                let parts: Vec<String> = members.map(String::from).chain(fns).collect();
+                format!("env {} [{}]", e.name.name, parts.join(" "))
+            }
+            Item::Fn(f) => format!("fn {}", f.name.name),
+            Item::Struct(s) => format!("struct {}", s.name.name),
+            Item::Const(c) => format!("const {}", c.name.name),
+        })
+        .collect()
+}
+
+#[test]
+fn env_recovery() {
+    let cases: [(&str, &[&str], &[&str]); 12] = [
+        // A `let` statement is reported and skipped.
+        ("env E { a: f32 let x = 1; b: i32 fn f() -> f32 { 1.0 } }", &["E0001"], &["env E [a b fn f]"]),
+        // A broken member skips to the next `fn`, or to the env's end.
+        ("env E { a: f32[3 4], b: discrete(2), fn f() -> f32 { 1.0 } }", &["E0001"], &["env E [fn f]"]),
+        ("env E { a: f32[3 4] b: discrete(2) fn f() -> f32 { 1.0 } }", &["E0001"], &["env E [fn f]"]),
+        ("env E { a: discrete(2 b: i32 }", &["E0001"], &["env E []"]),
+        // A broken function skips to the next `fn`, past any `}`, `,` or `;` in its body.
+        (
+            "env E { a: f32 fn f() -> f32 { if a { 1 + } else { f(2, 3); } } fn g() -> f32 { 1.0 } b: i32 }",
+            &["E0001"],
+            &["env E [a b fn g]"],
+        ),
+        ("env E { fn f() -> f32 { g(1 +, 2) } fn g() -> f32 { 1.0 } }", &["E0001"], &["env E [fn g]"]),
+        ("env E { fn f( -> f32 { 1.0 } fn g() -> f32 { 1.0 } }", &["E0001"], &["env E [fn g]"]),
+        // ... or to the env's own `}`.
+        (
+            "env E { a: i32 fn f() -> f32 { if a { 1 + } else { 2 } } }\nfn top() -> f32 { 1.0 }",
+            &["E0001"],
+            &["env E [a]", "fn top"],
+        ),
+        // Every broken function is reported, even when they follow one another.
+        (
+            "env E { fn f() -> f32 { 1 + } fn g() -> f32 { (2 } fn h() -> f32 { 3 } fn i() -> f32 { ] } }",
+            &["E0001", "E0001", "E0001"],
+            &["env E [fn h]"],
+        ),
+        ("env E { a: f32[3 4] fn f() -> f32 { 1 + } fn g() -> f32 { 1.0 } }", &["E0001", "E0001"], &["env E [fn g]"]),
+        // An unclosed function body: the next `fn` reports it and is kept.
+        (
+            "env E { fn f() -> f32 { 1.0 fn g() -> f32 { 2.0 } }\nfn top() -> f32 { 1.0 }",
+            &["E0001"],
+            &["env E [fn g]", "fn top"],
+        ),
+        // An unclosed env swallows what follows, and the end of the file reports it.
+        ("struct S {}\nenv E { a: f32\nfn top() -> f32 { 1.0 }", &["E0002"], &["struct S"]),
+    ];
+    for (src, codes, items) in cases {
+        assert_eq!(recovered(src, codes), items, "for `{src}`");
     }
 }
 
@@ -389,6 +575,16 @@ fn step<N>(s: State, p: Params<N>, key: Key, m: f32[N, 4]) -> (State, f32) {
     let e = for i in 0..ROWS - 1 carry (acc, k) = (0.0, key) { (acc + m.sum() @ c, split(k).0) };
     (State { x: d, n: s.n + 1, v: s.v }, e.0 / ROWS as f32)
 }
+env Walk {
+    observation: f32[ROWS, 4], action: discrete(3);
+    time_limit: 0x1F4
+    fn reset(key: Key) -> State { State { x: 0.0, n: 0xFF_FF, v: zeros([ROWS, 4]) } }
+    fn step(s: State, a: i32, key: Key) -> Step<State> {
+        let t = s.n >= 0x10;
+        Step { state: s, reward: 1.0, terminated: t, truncated: false }
+    }
+    state: State
+}
 ";
 
 /// A deterministic xorshift generator, so that failures reproduce.
@@ -422,6 +618,7 @@ fn every_prefix_parses_without_panicking() {
         Item::Const(c) => c.span.end as usize,
         Item::Struct(s) => s.span.end as usize,
         Item::Fn(f) => f.span.end as usize,
+        Item::Env(e) => e.span.end as usize,
     }));
     for end in 0..=PROGRAM.len() {
         let prefix = &PROGRAM[..end];

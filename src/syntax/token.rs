@@ -15,6 +15,8 @@ pub enum LexError {
     UnterminatedComment,
     /// An integer literal above `u64::MAX`.
     IntTooLarge,
+    /// `0x` not followed by hexadecimal digits only (`0x`, `0xFG`).
+    BadHex,
 }
 
 /// One token. Whitespace and comments are skipped; nothing else is.
@@ -28,8 +30,10 @@ pub enum Tok<'s> {
     /// `x`, `Dense`, `f32`: dtype names are ordinary identifiers.
     #[regex("[A-Za-z_][A-Za-z0-9_]*")]
     Name(&'s str),
-    /// `42`, `1_000`.
+    /// `42`, `1_000`, `0x1BD1_1BDA`. The hexadecimal pattern takes in any letters after `0x`,
+    /// so that `0xFG` is one bad literal rather than `0xF` followed by a name.
     #[regex("[0-9][0-9_]*", |lex| parse_int(lex.slice()))]
+    #[regex("0[xX][0-9A-Za-z_]*", |lex| parse_hex(lex.slice()))]
     Int(u64),
     /// `1.5`, `1e-3`, `2.5E+4`. A dot must be followed by a digit, so `0..10` is not a float.
     #[regex(r"[0-9][0-9_]*\.[0-9][0-9_]*([eE][+-]?[0-9][0-9_]*)?", |lex| parse_float(lex.slice()))]
@@ -48,6 +52,8 @@ pub enum Tok<'s> {
     Struct,
     #[token("fn")]
     Fn,
+    #[token("env")]
+    Env,
     #[token("let")]
     Let,
     #[token("if")]
@@ -80,6 +86,10 @@ pub enum Tok<'s> {
     LBrace,
     #[token("}")]
     RBrace,
+    /// The `}` that closes an `env` body. The lexer never produces it: the parser's driver
+    /// puts it in place of the `}` that matches an env's `{`, so that recovery from an error
+    /// inside the env can skip to the env's real end (an LR parser cannot count braces).
+    EnvClose,
 
     // punctuation
     #[token(",")]
@@ -170,6 +180,19 @@ pub(crate) fn parse_int(digits: &str) -> Result<u64, LexError> {
     })
 }
 
+/// Parses a hexadecimal literal, `0x` included (and `_` separators).
+pub(crate) fn parse_hex(text: &str) -> Result<u64, LexError> {
+    let digits = text.get(2..).unwrap_or("");
+    let valid = digits.chars().all(|c| c == '_' || c.is_ascii_hexdigit());
+    if !valid || !digits.chars().any(|c| c.is_ascii_hexdigit()) {
+        return Err(LexError::BadHex);
+    }
+    digits
+        .chars()
+        .filter_map(|c| c.to_digit(16))
+        .try_fold(0u64, |n, d| n.checked_mul(16).and_then(|n| n.checked_add(u64::from(d))).ok_or(LexError::IntTooLarge))
+}
+
 /// Parses a float literal already validated by the regex; too large a value becomes infinity.
 fn parse_float(text: &str) -> Option<f64> {
     text.replace('_', "").parse().ok()
@@ -184,6 +207,7 @@ impl Tok<'_> {
                 | Tok::Const
                 | Tok::Struct
                 | Tok::Fn
+                | Tok::Env
                 | Tok::Let
                 | Tok::If
                 | Tok::Else

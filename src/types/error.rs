@@ -178,7 +178,7 @@ impl TypeError {
             E::Recursive { name, span } => Diag::new("E0220", format!("`{name}` calls itself"), span, "recursive call")
                 .with_note("functions are inlined, so recursion is not supported; use a `for` loop"),
             E::NotAValue { name, span } => {
-                Diag::new("E0221", format!("`{name}` is a function, not a value"), span, "call it with `(...)`")
+                Diag::new("E0221", format!("`{name}` is not a value"), span, "a function or an env, not a value")
             }
             E::LiteralRange { value, ty, span } => {
                 Diag::new("E0222", format!("literal `{value}` does not fit in `{ty}`"), span, "out of range")

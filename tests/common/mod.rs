@@ -1,7 +1,10 @@
 //! Shared by the integration tests: one PJRT client per test process (creating one is
-//! costly on a 2-core machine), and compile-run-compare helpers.
+//! costly on a 2-core machine), compile-run-compare helpers, and deterministic random
+//! inputs ([`rng`]).
 
 #![allow(dead_code)]
+
+pub mod rng;
 
 use podracer::array::{Array, Data};
 use podracer::driver::{self, Entry};

@@ -1,0 +1,168 @@
+//! `podc sim` and `podc bench env`: stepping one environment, and timing many.
+
+use super::{Failure, load};
+use crate::array::{Array, Data};
+use crate::diag::emit_stderr;
+use crate::elab::env::{EnvFuncs, bench_program, build_env, env_names, fold_in_program};
+use crate::lower::stablehlo::lower_module;
+use crate::resolve::Program;
+use crate::runtime::{Buffer, Client, Executable, Runtime};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Instant;
+
+/// Compiles the env named `name` (or the root module's only env).
+fn env_funcs(prog: &Program, file: &Path, name: Option<&str>) -> Result<EnvFuncs, Failure> {
+    let names = env_names(prog);
+    let name = match (name, &names[..]) {
+        (Some(n), _) => n.to_string(),
+        (None, [only]) => only.clone(),
+        (None, []) => return Err(Failure::Message(format!("`{}` declares no `env`", file.display()))),
+        (None, _) => {
+            return Err(Failure::Message(format!("`{}` declares several envs ({}): choose one with `--env`", file.display(), names.join(", "))));
+        }
+    };
+    build_env(prog, &name).map_err(|d| {
+        emit_stderr(&prog.map, &[*d]);
+        Failure::Reported
+    })
+}
+
+/// The key data of `key(seed)`, as `jax.random.key(seed)` makes it.
+pub fn seed_key(seed: i64) -> Array {
+    Array::new(vec![2], Data::U32(vec![(seed >> 32) as u32, seed as u32]))
+}
+
+fn compile(client: &Client, f: &crate::ir::Func, replicas: usize) -> Result<Executable, Failure> {
+    Ok(client.compile(&lower_module(f, replicas), replicas)?)
+}
+
+fn download(bufs: &[Buffer]) -> Result<Vec<Array>, Failure> {
+    Ok(bufs.iter().map(|b| b.download()).collect::<Result<_, _>>()?)
+}
+
+pub struct SimArgs<'a> {
+    pub file: &'a Path,
+    pub env: Option<&'a str>,
+    pub seed: i64,
+    pub state: Option<&'a str>,
+    pub actions: Option<&'a str>,
+    pub steps: Option<usize>,
+}
+
+/// `podc sim`: resets with `key(seed)`, optionally overrides state fields, then takes one
+/// step per action with key `fold_in(key(seed), t + 1)`, printing one JSON line per step
+/// with the step's observation (the final one when the episode ends; the env then
+/// auto-resets for the next step).
+pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+    let prog = load(a.file)?;
+    let env = env_funcs(&prog, a.file, a.env)?;
+    let actions: Vec<i32> = match a.actions {
+        Some(s) => s
+            .split(',')
+            .filter(|x| !x.trim().is_empty())
+            .map(|x| x.trim().parse::<i32>().map_err(|_| format!("`--actions`: `{x}` is not an integer")))
+            .collect::<Result<_, _>>()?,
+        None => {
+            // A host generator (splitmix64 of the seed), so runs reproduce.
+            let mut z = a.seed as u64;
+            (0..a.steps.unwrap_or(10))
+                .map(|_| {
+                    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    let mut x = z;
+                    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                    ((x ^ (x >> 31)) % env.info.n_actions) as i32
+                })
+                .collect()
+        }
+    };
+    let n = a.steps.map_or(actions.len(), |s| s.min(actions.len()));
+    if let Some(bad) = actions.iter().find(|&&x| x < 0 || x as u64 >= env.info.n_actions) {
+        return Err(Failure::Message(format!("action {bad} is outside `discrete({})`", env.info.n_actions)));
+    }
+    let client = Runtime::open(plugin, None)?;
+    let reset = compile(&client, &env.reset, 1)?;
+    let step = compile(&client, &env.step, 1)?;
+    let base = seed_key(a.seed);
+    let n_state = env.step.graph.params.len() - 3;
+    let out = download(&reset.execute(&[&client.upload(&base, 0)?])?)?;
+    let mut state: Vec<Array> = out[..n_state + 1].to_vec();
+    if let Some(s) = a.state {
+        let v: Value = serde_json::from_str(s)
+            .or_else(|_| std::fs::read_to_string(s).map_err(|e| e.to_string()).and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string())))
+            .map_err(|e| format!("`--state` is neither JSON nor a readable JSON file: {e}"))?;
+        crate::io::override_fields(&env.info.state, &mut state[..n_state], &v)?;
+    }
+    let keys = fold_in_program(&prog);
+    for (t, &act) in actions[..n].iter().enumerate() {
+        let k = crate::ir::eval::eval_func(&keys, &[base.clone(), Array::i32(vec![], vec![t as i32 + 1])]).remove(0);
+        let mut args: Vec<Array> = state.clone();
+        args.push(Array::i32(vec![], vec![act]));
+        args.push(k);
+        let bufs = args.iter().map(|x| client.upload(x, 0)).collect::<Result<Vec<_>, _>>()?;
+        let out = download(&step.execute(&bufs.iter().collect::<Vec<_>>())?)?;
+        // out: state.., t, obs, reward, terminated, truncated, final_obs
+        state = out[..n_state + 1].to_vec();
+        let line = json!({
+            "t": t,
+            "obs": crate::io::nested_json(&out[n_state + 5]),
+            "reward": crate::io::nested_json(&out[n_state + 2]),
+            "terminated": crate::io::nested_json(&out[n_state + 3]),
+            "truncated": crate::io::nested_json(&out[n_state + 4]),
+        });
+        println!("{line}");
+    }
+    Ok(())
+}
+
+pub struct BenchArgs<'a> {
+    pub file: &'a Path,
+    pub env: Option<&'a str>,
+    pub envs: usize,
+    pub steps: usize,
+    pub devices: usize,
+    pub runs: usize,
+    pub json: bool,
+}
+
+/// `podc bench env`: compiles one program running `steps` steps of `envs` environments
+/// (split over `devices`) with random actions, then times it: the median of `runs` runs
+/// after a warm-up.
+pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+    if a.devices == 0 || a.envs % a.devices != 0 {
+        return Err(Failure::Message(format!("`--envs {}` must split evenly over `--devices {}`", a.envs, a.devices)));
+    }
+    let prog = load(a.file)?;
+    let env = env_funcs(&prog, a.file, a.env)?;
+    let client = Runtime::open(plugin, Some(a.devices.max(1)))?;
+    let start = Instant::now();
+    let program = bench_program(&prog, &env, a.envs / a.devices, a.steps);
+    let exe = compile(&client, &program, a.devices)?;
+    let compile_s = start.elapsed().as_secs_f64();
+    let keys: Vec<Buffer> = (0..a.devices).map(|d| client.upload(&seed_key(d as i64), d)).collect::<Result<_, _>>()?;
+    let args: Vec<Vec<&Buffer>> = keys.iter().map(|k| vec![k]).collect();
+    let mut times = vec![];
+    let mut episodes = 0;
+    for run in 0..=a.runs {
+        let t0 = Instant::now();
+        let outs = exe.execute_replicated(&args)?;
+        // Downloading the two scalars waits for the device to finish.
+        let results: Vec<Vec<Array>> = outs.iter().map(|o| download(o)).collect::<Result<_, _>>()?;
+        if run > 0 {
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        episodes = results.iter().map(|r| if let Data::I32(v) = &r[1].data { v[0] as i64 } else { 0 }).sum();
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let steps_per_sec = (a.envs * a.steps) as f64 / median;
+    if a.json {
+        println!("{}", json!({"steps_per_sec": steps_per_sec, "compile_s": compile_s, "envs": a.envs, "steps": a.steps, "devices": a.devices}));
+    } else {
+        println!("env {}: {} envs x {} steps on {} device(s)", env.info.name, a.envs, a.steps, a.devices);
+        println!("  compile: {compile_s:.3} s");
+        println!("  median of {} runs: {:.4} s, {:.3e} env steps/s ({episodes} episodes ended per run)", a.runs, median, steps_per_sec);
+    }
+    Ok(())
+}

@@ -1,0 +1,425 @@
+//! Environments: checking an `env` declaration's interface, and deriving from it the
+//! functions the drivers run.
+//!
+//! An environment is written for one instance:
+//! `reset(key) -> S`, `step(s, a, key) -> Step<S>` and `observe(s) -> OBS`, with an
+//! `observation` type, an `action` space and an optional `time_limit`. From these the
+//! compiler derives [`EnvFuncs`]:
+//! - `reset(key) -> (S, t, OBS)`;
+//! - the **auto-resetting step** `(S, t, a, key) -> (S, t, OBS, reward, terminated,
+//!   truncated, final OBS)`: it splits the key as gymnax does (the first half steps,
+//!   the second resets), counts the steps `t` of the episode for the time limit, and when
+//!   the episode ends returns the next episode's first state and observation while
+//!   reporting the final observation of the one that ended. `terminated` (the task
+//!   ended) and `truncated` (the time limit, or the env's own truncation) stay distinct.
+//!
+//! Both branches of the reset are computed and selected, which is what batching needs.
+
+use super::{Elab, Val};
+use super::ops::array_ty;
+use crate::array::{Array, ArrayTy, DType};
+use crate::ir::Var;
+use crate::transform::vmap::vmap;
+use crate::diag::Diag;
+use crate::ir::Func;
+use crate::ir::build::Builder;
+use crate::prims::{Binary, BinaryOp, CmpOp, Compare, Prim};
+use crate::resolve::{ItemRef, Program};
+use crate::syntax::ast::{self, EnvSpec, ExprKind};
+use crate::syntax::span::Span;
+use crate::types::error::TypeError;
+use crate::types::{Dim, Ty, join};
+use std::collections::HashMap;
+
+/// The members an `env` may declare, for diagnostics.
+const MEMBERS: &str = "`observation`, `action` and `time_limit`";
+
+/// What the checker learned about an environment.
+pub struct EnvInfo {
+    pub name: String,
+    pub observation: Ty,
+    pub n_actions: u64,
+    pub time_limit: Option<u64>,
+    pub state: Ty,
+}
+
+/// The functions derived from an environment, ready to compile.
+pub struct EnvFuncs {
+    pub info: EnvInfo,
+    /// `(key: u32[2]) -> (state.., t: i32, obs)`.
+    pub reset: Func,
+    /// `(state.., t: i32, action: i32, key: u32[2]) -> (state.., t, obs, reward: f32,
+    /// terminated: bool, truncated: bool, final_obs)`.
+    pub step: Func,
+}
+
+/// The expected signature of each env function, given the state type `S`.
+fn signature(name: &str, state: &str, obs: &str) -> Option<String> {
+    match name {
+        "reset" => Some("fn reset(key: Key) -> S".to_string()),
+        "step" => Some(format!("fn step(s: {state}, a: i32, key: Key) -> Step<{state}>")),
+        "observe" => Some(format!("fn observe(s: {state}) -> {obs}")),
+        _ => None,
+    }
+}
+
+impl Elab<'_> {
+    /// Checks an `env`: its members, and that its functions exist with the right types.
+    pub(crate) fn check_env(&mut self, e: &ast::Env) -> Option<EnvInfo> {
+        let mut seen: HashMap<&str, Span> = HashMap::new();
+        let (mut observation, mut n_actions, mut time_limit) = (None, None, None);
+        for m in &e.members {
+            if let Some(first) = seen.insert(&m.name.name, m.name.span) {
+                self.err(TypeError::Duplicate { name: m.name.name.clone(), span: m.name.span, first });
+                continue;
+            }
+            match (m.name.name.as_str(), &m.spec) {
+                ("observation", EnvSpec::Type(t)) => observation = Some(self.resolve_ty(t)),
+                ("action", EnvSpec::Space { kind, args, span }) if kind.name == "discrete" => match &args[..] {
+                    [d] => match self.resolve_dim(d) {
+                        Some(Dim::Known(n)) if n > 0 => n_actions = Some(n),
+                        Some(_) => {
+                            self.err(TypeError::EnvMember { detail: "`discrete(n)` needs n ≥ 1".into(), span: *span });
+                        }
+                        None => {}
+                    },
+                    _ => {
+                        self.err(TypeError::EnvMember { detail: "`discrete` takes one size".into(), span: *span });
+                    }
+                },
+                ("action", EnvSpec::Space { kind, .. }) => {
+                    let detail = format!("unknown action space `{}`; the supported one is `discrete(n)`", kind.name);
+                    self.err(TypeError::EnvMember { detail, span: kind.span });
+                }
+                ("time_limit", EnvSpec::Int(n, _)) if *n > 0 => time_limit = Some(*n),
+                (name @ ("observation" | "action" | "time_limit"), _) => {
+                    let detail = match name {
+                        "observation" => "`observation` is a type, e.g. `f32[4]`",
+                        "action" => "`action` is a space, e.g. `discrete(3)`",
+                        _ => "`time_limit` is a number of steps, e.g. `500`",
+                    };
+                    self.err(TypeError::EnvMember { detail: detail.into(), span: m.span });
+                }
+                (other, _) => {
+                    let detail = format!("`{other}` is not an env member; the members are {MEMBERS}");
+                    self.err(TypeError::EnvMember { detail, span: m.name.span });
+                }
+            }
+        }
+        let mut fns: HashMap<&str, &ast::Fn> = HashMap::new();
+        for f in &e.fns {
+            if let Some(prev) = fns.get(f.name.name.as_str()) {
+                self.err(TypeError::Duplicate { name: f.name.name.clone(), span: f.name.span, first: prev.name.span });
+                continue;
+            }
+            if signature(&f.name.name, "S", "OBS").is_none() {
+                let detail = format!("`{}` is not an env function; define helpers outside the env", f.name.name);
+                self.err(TypeError::EnvMember { detail, span: f.name.span });
+            } else if let Some(g) = f.generics.first() {
+                let detail = "env functions cannot be generic".to_string();
+                self.err(TypeError::EnvMember { detail, span: g.span });
+            }
+            self.check_fn(f);
+            fns.insert(&f.name.name, f);
+        }
+        let missing: Vec<&str> =
+            ["observation", "action"].into_iter().filter(|m| !seen.contains_key(m)).collect();
+        for m in &missing {
+            self.err(TypeError::EnvMissing { env: e.name.name.clone(), what: format!("`{m}`"), span: e.name.span, help: None });
+        }
+        let obs_s = observation.as_ref().map(|t| t.to_string()).unwrap_or_else(|| "OBS".into());
+        for name in ["reset", "step", "observe"] {
+            if !fns.contains_key(name) {
+                let help = signature(name, "S", &obs_s);
+                let what = format!("`fn {name}`");
+                self.err(TypeError::EnvMissing { env: e.name.name.clone(), what, span: e.name.span, help });
+            }
+        }
+        // The state type is what `reset` returns; the others must agree with it.
+        let state = fns.get("reset").map(|f| self.signature_types(f).1)?;
+        let key = super::random::key_ty();
+        let i32_ty = Ty::scalar(DType::I32);
+        let step_ty = if state.is_error() { Ty::Error } else { Ty::Struct(self.step_def(state.clone()), vec![]) };
+        let state_s = state.to_string();
+        let want: [(&str, Vec<Ty>, Ty); 3] = [
+            ("reset", vec![key.clone()], state.clone()),
+            ("step", vec![state.clone(), i32_ty, key], step_ty),
+            ("observe", vec![state.clone()], observation.clone().unwrap_or(Ty::Error)),
+        ];
+        let mut ok = missing.is_empty();
+        for (name, params, ret) in want {
+            let Some(f) = fns.get(name) else {
+                ok = false;
+                continue;
+            };
+            let (found_params, found_ret) = self.signature_types(f);
+            if found_params != params || found_ret != ret {
+                ok = false;
+                let found = format!("fn {name}({}) -> {found_ret}", join(&found_params));
+                let expected = signature(name, &state_s, &obs_s).unwrap_or_default();
+                self.err(TypeError::EnvSignature { env: e.name.name.clone(), found, expected, span: f.name.span });
+            }
+        }
+        ok.then(|| EnvInfo {
+            name: e.name.name.clone(),
+            observation: observation.unwrap_or(Ty::Error),
+            n_actions: n_actions.unwrap_or(1),
+            time_limit,
+            state,
+        })
+    }
+
+    /// A non-generic function's parameter and result types.
+    fn signature_types(&mut self, f: &ast::Fn) -> (Vec<Ty>, Ty) {
+        let saved = std::mem::take(&mut self.sizes);
+        let params = f.params.iter().map(|(_, t)| self.resolve_ty(t)).collect();
+        let ret = self.resolve_ty(&f.ret);
+        self.sizes = saved;
+        (params, ret)
+    }
+
+    /// A fresh parameter of the function being built, of a surface type.
+    fn param(&mut self, ty: Ty) -> Val {
+        let leaves = ty.leaves().unwrap_or_default();
+        let b = self.b.as_mut().expect("build mode");
+        let vars = leaves.into_iter().map(|t| b.fresh(t)).collect();
+        Val::of(ty, vars)
+    }
+
+    /// Calls one of the env's functions on values.
+    fn call_env(&mut self, e: &ast::Env, module: usize, name: &str, args: Vec<Val>) -> Val {
+        let f = e.fns.iter().find(|f| f.name.name == name).expect("checked: the env has all three functions");
+        let (_, ret) = self.signature_types(f);
+        self.inline(f, module, Default::default(), args, &ret)
+    }
+
+    /// `if pred { a } else { b }` on values of one type, leaf by leaf.
+    fn select(&mut self, pred: &Val, a: Val, b: Val) -> Val {
+        let bld = self.b.as_mut().expect("build mode");
+        let vars = a
+            .vars
+            .iter()
+            .zip(&b.vars)
+            .map(|(&x, &y)| {
+                let ty = bld.ty(x).clone();
+                super::ops::emit_select(bld, pred.vars[0], x, y, &ty)
+            })
+            .collect();
+        Val::of(a.ty, vars)
+    }
+
+    /// A builtin applied to values and static arguments, through a tiny synthesized call,
+    /// so that the derived functions use exactly the builtins users call.
+    fn call_builtin(&mut self, name: &str, args: Vec<Arg>, span: Span) -> Val {
+        self.scopes.push(HashMap::new());
+        let int = |n: u64| ast::Expr { kind: ExprKind::Int(n), span };
+        let mut exprs = vec![];
+        for (i, a) in args.into_iter().enumerate() {
+            exprs.push(match a {
+                Arg::Val(v) => {
+                    let var = format!("#arg{i}");
+                    self.bind_name(&var, v);
+                    ast::Expr { kind: ExprKind::Name(ast::Ident { name: var, span }), span }
+                }
+                Arg::Int(n) => int(n),
+                Arg::Shape(dims) => ast::Expr { kind: ExprKind::Array(dims.into_iter().map(int).collect()), span },
+            });
+        }
+        let call = ast::Expr { kind: ExprKind::Call { func: ast::Ident { name: name.into(), span }, args: exprs }, span };
+        let v = self.expr(&call);
+        self.scopes.pop();
+        v
+    }
+}
+
+/// An argument of a synthesized builtin call.
+enum Arg {
+    Val(Val),
+    Int(u64),
+    Shape(Vec<u64>),
+}
+
+/// Checks the env named `name` in the root module and derives its functions.
+pub fn build_env(prog: &Program, name: &str) -> Result<EnvFuncs, Box<Diag>> {
+    let found = prog.modules.first().and_then(|m| m.scope.get(name)).copied();
+    let Some((r, e)) = found.and_then(|r| match prog.item(r) {
+        ast::Item::Env(e) => Some((r, e)),
+        _ => None,
+    }) else {
+        return Err(Box::new(no_env(prog, name)));
+    };
+    let info = {
+        let mut cx = Elab::new(prog, None);
+        cx.module = r.module;
+        cx.check_env(e).ok_or_else(|| Box::new(cx.diags.first().cloned().unwrap_or_else(|| no_env(prog, name))))?
+    };
+    let reset = derive(prog, r, e, &info, Derived::Reset);
+    let step = derive(prog, r, e, &info, Derived::Step);
+    Ok(EnvFuncs { info, reset, step })
+}
+
+/// The root module's environments, in order (`podc sim` picks the only one by default).
+pub fn env_names(prog: &Program) -> Vec<String> {
+    let Some(m) = prog.modules.first() else { return vec![] };
+    m.ast
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            ast::Item::Env(e) => Some(e.name.name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn no_env(prog: &Program, name: &str) -> Diag {
+    let span = prog.modules.first().and_then(|m| m.ast.items.first()).map(|i| crate::resolve::item_name(i).span);
+    Diag::new("E0301", format!("no env `{name}` in the root module"), span.unwrap_or_default(), "expected an env here")
+}
+
+enum Derived {
+    Reset,
+    Step,
+}
+
+fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Derived) -> Func {
+    let mut cx = Elab::new(prog, Some(Builder::new()));
+    cx.module = r.module;
+    cx.scopes.push(HashMap::new());
+    let span = e.name.span;
+    let i32_ty = Ty::scalar(DType::I32);
+    let zero = |cx: &mut Elab| cx.known_val(Array::i32(vec![], vec![0]), Ty::scalar(DType::I32), false);
+    let (params, outs): (Vec<Val>, Vec<Val>) = match which {
+        Derived::Reset => {
+            let key = cx.param(super::random::key_ty());
+            let s = cx.call_env(e, r.module, "reset", vec![key.clone()]);
+            let obs = cx.call_env(e, r.module, "observe", vec![s.clone()]);
+            let t = zero(&mut cx);
+            (vec![key], vec![s, t, obs])
+        }
+        Derived::Step => {
+            let s = cx.param(info.state.clone());
+            let t = cx.param(i32_ty.clone());
+            let a = cx.param(i32_ty.clone());
+            let key = cx.param(super::random::key_ty());
+            let (k_step, k_reset) = split2(&mut cx, key.clone(), span);
+            let st = cx.call_env(e, r.module, "step", vec![s.clone(), a.clone(), k_step]);
+            let mut f = cx.split(&st).into_iter();
+            let (next, reward, terminated, truncated) = (
+                f.next().expect("Step has four fields"),
+                f.next().expect("Step has four fields"),
+                f.next().expect("Step has four fields"),
+                f.next().expect("Step has four fields"),
+            );
+            let one = cx.known_val(Array::i32(vec![], vec![1]), i32_ty.clone(), false);
+            let t1 = cx.apply(Prim::Binary(Binary { op: BinaryOp::Add }), &[&t, &one]);
+            let truncated = match info.time_limit {
+                Some(n) => {
+                    let limit = cx.known_val(Array::i32(vec![], vec![n as i32]), i32_ty.clone(), false);
+                    let over = cx.apply(Prim::Compare(Compare { op: CmpOp::Ge }), &[&t1, &limit]);
+                    cx.apply(Prim::Binary(Binary { op: BinaryOp::Or }), &[&truncated, &over])
+                }
+                None => truncated,
+            };
+            let done = cx.apply(Prim::Binary(Binary { op: BinaryOp::Or }), &[&terminated, &truncated]);
+            let final_obs = cx.call_env(e, r.module, "observe", vec![next.clone()]);
+            let fresh = cx.call_env(e, r.module, "reset", vec![k_reset]);
+            let next = cx.select(&done, fresh, next);
+            let z = zero(&mut cx);
+            let t_next = cx.select(&done, z, t1);
+            let obs = cx.call_env(e, r.module, "observe", vec![next.clone()]);
+            (vec![s, t, a, key], vec![next, t_next, obs, reward, terminated, truncated, final_obs])
+        }
+    };
+    let params = params.into_iter().flat_map(|v| v.vars).collect();
+    let results = outs.into_iter().flat_map(|v| v.vars).collect();
+    let name = match which {
+        Derived::Reset => format!("{}_reset", info.name),
+        Derived::Step => format!("{}_step", info.name),
+    };
+    let b = cx.b.take().expect("build mode");
+    b.finish(&name, params, results)
+}
+
+/// The program `podc bench env` times: `steps` steps of `envs` auto-resetting
+/// environments with uniformly random actions, in one loop on the device.
+///
+/// `(key: u32[2]) -> (total reward: f32, episodes ended: i32)`; the results depend on
+/// every step, so nothing is optimised away.
+pub fn bench_program(prog: &Program, env: &EnvFuncs, envs: usize, steps: usize) -> Func {
+    let mut cx = Elab::new(prog, Some(Builder::new()));
+    cx.scopes.push(HashMap::new());
+    let span = Span::default();
+    let key = cx.param(super::random::key_ty());
+    let n_state = env.step.graph.params.len() - 3;
+    let reset_b = vmap(&env.reset, &[true], envs);
+    let step_b = vmap(&env.step, &vec![true; env.step.graph.params.len()], envs);
+
+    let (k0, k) = split2(&mut cx, key.clone(), span);
+    let reset_keys = cx.call_builtin("split", vec![Arg::Val(k0), Arg::Int(envs as u64)], span);
+    let b = cx.b.as_mut().expect("build mode");
+    let init = b.inline(&reset_b, &reset_keys.vars);
+    let state_t: Vec<Var> = init[..n_state + 1].to_vec();
+    let zero_f = cx.known_val(Array::f32(vec![], vec![0.0]), Ty::scalar(DType::F32), false);
+    let zero_i = cx.known_val(Array::i32(vec![], vec![0]), Ty::scalar(DType::I32), false);
+    let mut init_vars = state_t.clone();
+    init_vars.extend([k.vars[0], zero_f.vars[0], zero_i.vars[0]]);
+
+    let b = cx.b.as_mut().expect("build mode");
+    let i = b.fresh(ArrayTy::scalar(DType::I32));
+    b.begin_loop();
+    let carries: Vec<Var> = init_vars.iter().map(|&v| b.fresh(b.ty(v).clone())).collect();
+    let leaf = |cx: &Elab, v: Var| Val::of(array_ty(cx.b.as_ref().expect("build mode").ty(v)), vec![v]);
+    let (state_t, rest) = carries.split_at(n_state + 1);
+    let (k, total, episodes) = (leaf(&cx, rest[0]), leaf(&cx, rest[1]), leaf(&cx, rest[2]));
+    let (k, k_act) = split2(&mut cx, k, span);
+    let (k, k_env) = split2(&mut cx, k, span);
+    let n = cx.known_val(Array::i32(vec![], vec![env.info.n_actions as i32]), Ty::scalar(DType::I32), false);
+    let zero = cx.known_val(Array::i32(vec![], vec![0]), Ty::scalar(DType::I32), false);
+    let actions = cx.call_builtin(
+        "randint",
+        vec![Arg::Val(k_act), Arg::Shape(vec![envs as u64]), Arg::Val(zero), Arg::Val(n)],
+        span,
+    );
+    let env_keys = cx.call_builtin("split", vec![Arg::Val(k_env), Arg::Int(envs as u64)], span);
+    let mut args = state_t.to_vec();
+    args.extend(actions.vars.iter().copied());
+    args.extend(env_keys.vars.iter().copied());
+    let outs = cx.b.as_mut().expect("build mode").inline(&step_b, &args);
+    // outs: state.., t, obs, reward, terminated, truncated, final_obs
+    let (reward, terminated, truncated) =
+        (leaf(&cx, outs[n_state + 2]), leaf(&cx, outs[n_state + 3]), leaf(&cx, outs[n_state + 4]));
+    let r = cx.call_builtin("sum", vec![Arg::Val(reward)], span);
+    let total = cx.apply(Prim::Binary(Binary { op: BinaryOp::Add }), &[&total, &r]);
+    let done = cx.apply(Prim::Binary(Binary { op: BinaryOp::Or }), &[&terminated, &truncated]);
+    let done = cx.convert(done, DType::I32, span);
+    let ended = cx.call_builtin("sum", vec![Arg::Val(done)], span);
+    let episodes = cx.apply(Prim::Binary(Binary { op: BinaryOp::Add }), &[&episodes, &ended]);
+    let mut yields = outs[..n_state + 1].to_vec();
+    yields.extend([k.vars[0], total.vars[0], episodes.vars[0]]);
+    let mut params = vec![i];
+    params.extend(carries.iter().copied());
+    let b = cx.b.as_mut().expect("build mode");
+    let finals = b.end_loop(0, steps as i64, &init_vars, params, yields);
+    let results = finals[finals.len() - 2..].to_vec();
+    let b = cx.b.take().expect("build mode");
+    b.finish(&format!("{}_bench", env.info.name), key.vars, results)
+}
+
+/// `split(k)` as a pair of keys.
+fn split2(cx: &mut Elab, k: Val, span: Span) -> (Val, Val) {
+    let keys = cx.call_builtin("split", vec![Arg::Val(k)], span);
+    let mut parts = cx.split(&keys);
+    let second = parts.pop().expect("split gives two keys");
+    (parts.pop().expect("split gives two keys"), second)
+}
+
+/// `(key: u32[2], t: i32) -> fold_in(key, t)`: the per-step keys of `podc sim`.
+pub fn fold_in_program(prog: &Program) -> Func {
+    let mut cx = Elab::new(prog, Some(Builder::new()));
+    cx.scopes.push(HashMap::new());
+    let key = cx.param(super::random::key_ty());
+    let t = cx.param(Ty::scalar(DType::I32));
+    let k = cx.call_builtin("fold_in", vec![Arg::Val(key.clone()), Arg::Val(t.clone())], Span::default());
+    let params = key.vars.into_iter().chain(t.vars).collect();
+    cx.b.take().expect("build mode").finish("fold_in", params, k.vars)
+}
