@@ -51,6 +51,10 @@ pub struct EnvFuncs {
     /// `(state.., t: i32, action: i32, key: u32[2]) -> (state.., t, obs, reward: f32,
     /// terminated: bool, truncated: bool, final_obs)`.
     pub step: Func,
+    /// The env's own `step` then `observe`, with no time limit and no reset, for checking
+    /// an env against its reference from injected states and keys:
+    /// `(state.., action: i32, key: u32[2]) -> (state.., obs, reward, terminated, truncated)`.
+    pub raw_step: Func,
 }
 
 /// The expected signature of each env function, given the state type `S`.
@@ -255,7 +259,8 @@ pub fn build_env(prog: &Program, name: &str) -> Result<EnvFuncs, Box<Diag>> {
     };
     let reset = derive(prog, r, e, &info, Derived::Reset);
     let step = derive(prog, r, e, &info, Derived::Step);
-    Ok(EnvFuncs { info, reset, step })
+    let raw_step = derive(prog, r, e, &info, Derived::RawStep);
+    Ok(EnvFuncs { info, reset, step, raw_step })
 }
 
 /// The root module's environments, in order (`podc sim` picks the only one by default).
@@ -279,6 +284,7 @@ fn no_env(prog: &Program, name: &str) -> Diag {
 enum Derived {
     Reset,
     Step,
+    RawStep,
 }
 
 fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Derived) -> Func {
@@ -295,6 +301,18 @@ fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Deriv
             let obs = cx.call_env(e, r.module, "observe", vec![s.clone()]);
             let t = zero(&mut cx);
             (vec![key], vec![s, t, obs])
+        }
+        Derived::RawStep => {
+            let s = cx.param(info.state.clone());
+            let a = cx.param(i32_ty.clone());
+            let key = cx.param(super::random::key_ty());
+            let st = cx.call_env(e, r.module, "step", vec![s.clone(), a.clone(), key.clone()]);
+            let mut f = cx.split(&st).into_iter();
+            let next = f.next().expect("Step has four fields");
+            let obs = cx.call_env(e, r.module, "observe", vec![next.clone()]);
+            let mut outs = vec![next, obs];
+            outs.extend(f);
+            (vec![s, a, key], outs)
         }
         Derived::Step => {
             let s = cx.param(info.state.clone());
@@ -335,6 +353,7 @@ fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Deriv
     let name = match which {
         Derived::Reset => format!("{}_reset", info.name),
         Derived::Step => format!("{}_step", info.name),
+        Derived::RawStep => format!("{}_raw_step", info.name),
     };
     let b = cx.b.take().expect("build mode");
     b.finish(&name, params, results)
