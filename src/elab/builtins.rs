@@ -55,6 +55,9 @@ impl Elab<'_> {
         if let Some(v) = self.random(func, args, span) {
             return Some(v);
         }
+        if func.name == "vmap" {
+            return Some(self.vmap(args, span));
+        }
         let name = func.name.as_str();
         let (min, max) = match name {
             "exp" | "log" | "tanh" | "sqrt" | "abs" | "floor" | "sin" | "cos" => (1, 1),

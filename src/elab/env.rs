@@ -182,14 +182,6 @@ impl Elab<'_> {
         (params, ret)
     }
 
-    /// A fresh parameter of the function being built, of a surface type.
-    fn param(&mut self, ty: Ty) -> Val {
-        let leaves = ty.leaves().unwrap_or_default();
-        let b = self.b.as_mut().expect("build mode");
-        let vars = leaves.into_iter().map(|t| b.fresh(t)).collect();
-        Val::of(ty, vars)
-    }
-
     /// Calls one of the env's functions on values.
     fn call_env(&mut self, e: &ast::Env, module: usize, name: &str, args: Vec<Val>) -> Val {
         let f = e.fns.iter().find(|f| f.name.name == name).expect("checked: the env has all three functions");

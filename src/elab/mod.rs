@@ -15,6 +15,7 @@ mod builtins;
 pub mod env;
 mod ops;
 mod random;
+mod vmap;
 
 use crate::array::{Array, DType};
 use crate::diag::Diag;
@@ -648,7 +649,7 @@ impl<'p> Elab<'p> {
         let locals = self.scopes.iter().flat_map(|s| s.keys());
         let items = self.prog.modules[self.module].scope.keys();
         let sizes = self.sizes.keys().map(|k| k.as_ref());
-        let builtins = builtins::NAMES.iter().chain(random::NAMES).copied();
+        let builtins = builtins::NAMES.iter().chain(random::NAMES).chain(&["vmap"]).copied();
         locals
             .map(String::as_str)
             .chain(items.map(String::as_str))
@@ -793,7 +794,7 @@ impl<'p> Elab<'p> {
 
     /// Matches a declared type (with the callee's size parameters) against an actual one,
     /// extending `sizes`. Reports and returns false on a mismatch.
-    fn unify(&mut self, decl: &Ty, actual: &Ty, weak: bool, sizes: &mut Subst, span: Span) -> bool {
+    pub(crate) fn unify(&mut self, decl: &Ty, actual: &Ty, weak: bool, sizes: &mut Subst, span: Span) -> bool {
         let mut conflict = None;
         let ok = unify_dims(decl, actual, weak, sizes, &mut conflict);
         if let Some((param, first, second)) = conflict {
@@ -869,16 +870,7 @@ impl<'p> Elab<'p> {
         if self.stack.contains(&r) {
             return self.err(TypeError::Recursive { name: f.name.name.clone(), span: name.span });
         }
-        // The callee's signature, resolved in its own module with its sizes symbolic.
-        let saved_module = std::mem::replace(&mut self.module, r.module);
-        let saved_sizes = std::mem::replace(
-            &mut self.sizes,
-            f.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect(),
-        );
-        let params: Vec<Ty> = f.params.iter().map(|(_, t)| self.resolve_ty(t)).collect();
-        let ret = self.resolve_ty(&f.ret);
-        self.module = saved_module;
-        self.sizes = saved_sizes;
+        let (params, ret) = self.callee_signature(r, f);
 
         let mut sizes = Subst::new();
         let mut ok = true;
@@ -918,6 +910,29 @@ impl<'p> Elab<'p> {
         let v = self.inline(f, r.module, sizes, args, &ret);
         self.stack.pop();
         v
+    }
+
+    /// A function's parameter and result types, resolved in its own module with its size
+    /// parameters symbolic.
+    pub(crate) fn callee_signature(&mut self, r: ItemRef, f: &ast::Fn) -> (Vec<Ty>, Ty) {
+        let saved_module = std::mem::replace(&mut self.module, r.module);
+        let saved_sizes = std::mem::replace(
+            &mut self.sizes,
+            f.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect(),
+        );
+        let params: Vec<Ty> = f.params.iter().map(|(_, t)| self.resolve_ty(t)).collect();
+        let ret = self.resolve_ty(&f.ret);
+        self.module = saved_module;
+        self.sizes = saved_sizes;
+        (params, ret)
+    }
+
+    /// A fresh parameter of the function being built, of a surface type with known sizes.
+    pub(crate) fn param(&mut self, ty: Ty) -> Val {
+        let leaves = ty.leaves().unwrap_or_default();
+        let b = self.b.as_mut().expect("build mode");
+        let vars = leaves.into_iter().map(|t| b.fresh(t)).collect();
+        Val::of(ty, vars)
     }
 
     /// Elaborates a function's body with its parameters bound to `args` and its size

@@ -38,6 +38,7 @@ pub enum TypeError {
     EnvMissing { env: String, what: String, span: Span, help: Option<String> },
     EnvSignature { env: String, found: String, expected: String, span: Span },
     EnvMember { detail: String, span: Span },
+    Vmap { detail: String, span: Span },
 }
 
 impl TypeError {
@@ -197,6 +198,8 @@ impl TypeError {
                     .with_note(format!("   found `{found}`"))
             }
             E::EnvMember { detail, span } => Diag::new("E0303", "invalid env declaration", span, detail),
+            E::Vmap { detail, span } => Diag::new("E0224", "cannot batch this call", span, detail)
+                .with_note("an argument with one more leading axis than its parameter is batched; one of the parameter's type is shared"),
         }
     }
 }

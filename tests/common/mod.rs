@@ -1,9 +1,10 @@
 //! Shared by the integration tests: one PJRT client per test process (creating one is
-//! costly on a 2-core machine), compile-run-compare helpers, and deterministic random
-//! inputs ([`rng`]).
+//! costly on a 2-core machine), compile-run-compare helpers, deterministic random
+//! inputs ([`rng`]), and the environment parity tests' helpers ([`env`]).
 
 #![allow(dead_code)]
 
+pub mod env;
 pub mod rng;
 
 use podracer::array::{Array, Data};

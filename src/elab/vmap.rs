@@ -1,0 +1,144 @@
+//! The surface `vmap(f, args...)`: `f` applied to a batch of examples at once.
+//!
+//! Which arguments are batched is chosen by what is passed: an argument whose type is the
+//! parameter's type with one more leading axis is batched along that axis (one value per
+//! example); one of the parameter's own type is shared by every example. Ranks are static,
+//! so the choice is never ambiguous. Every result gets the leading batch axis.
+//!
+//! The body of `f` is built on its own, then batched by the IR transformation
+//! (`transform::vmap`), so the surface form and the compiler's own batching are one
+//! mechanism.
+
+use super::{Elab, Val};
+use crate::ir::build::Builder;
+use crate::ir::Var;
+use crate::syntax::ast::{self, ExprKind};
+use crate::syntax::span::Span;
+use crate::transform::vmap::{BVal, batch_into, bdim_at};
+use crate::types::error::TypeError;
+use crate::types::{Dim, Subst, Ty};
+
+impl Elab<'_> {
+    /// `vmap(f, args...)`.
+    pub(crate) fn vmap(&mut self, args: &[ast::Expr], span: Span) -> Val {
+        let Some((fname, rest)) = args.split_first() else {
+            return self.err(TypeError::Arity { what: "`vmap`".into(), expected: 2, found: 0, span, decl: None });
+        };
+        let target = match &fname.kind {
+            ExprKind::Name(id) => self.prog.modules[self.module].scope.get(&id.name).copied().and_then(|r| {
+                match self.prog.item(r) {
+                    ast::Item::Fn(f) => Some((r, f)),
+                    ast::Item::Const(_) | ast::Item::Struct(_) | ast::Item::Env(_) => None,
+                }
+            }),
+            _ => None,
+        };
+        let vals: Vec<Val> = rest.iter().map(|a| self.expr(a)).collect();
+        let Some((r, f)) = target else {
+            let expected = "the name of a function defined with `fn`".into();
+            return self.err(TypeError::BadOperand { op: "vmap".into(), ty: Ty::Error, span: fname.span, expected });
+        };
+        if vals.len() != f.params.len() {
+            return self.err(TypeError::Arity {
+                what: format!("function `{}`", f.name.name),
+                expected: f.params.len(),
+                found: vals.len(),
+                span,
+                decl: Some(f.name.span),
+            });
+        }
+        if vals.iter().any(|v| v.ty.is_error()) {
+            return Val::error();
+        }
+        if let Some(caller) = self.current.filter(|_| !self.building()) {
+            self.calls.push((caller, r, fname.span));
+        }
+        let (params, ret) = self.callee_signature(r, f);
+        // Decide, argument by argument, whether it is batched.
+        let mut sizes = Subst::new();
+        let mut batch: Option<(Dim, Span)> = None;
+        let mut batched = vec![];
+        for ((p, v), a) in params.iter().zip(&vals).zip(rest) {
+            let mut trial = sizes.clone();
+            if super::unify_dims(p, &v.ty, v.weak, &mut trial, &mut None) {
+                sizes = trial;
+                batched.push(false);
+                continue;
+            }
+            let Some((inner, b)) = strip_leading(&v.ty) else {
+                return self.err(TypeError::Mismatch { expected: p.subst(&sizes), found: v.ty.clone(), span: a.span, because: None });
+            };
+            match &batch {
+                Some((first, _)) if *first != b => {
+                    let (param, first, second) = ("batch size".to_string(), first.to_string(), b.to_string());
+                    return self.err(TypeError::SizeConflict { param, first, second, span: a.span });
+                }
+                _ => batch = Some((b, a.span)),
+            }
+            if !self.unify(p, &inner, v.weak, &mut sizes, a.span) {
+                return Val::error();
+            }
+            batched.push(true);
+        }
+        let Some((b, _)) = batch else {
+            let detail = "no argument has a batch axis";
+            return self.err(TypeError::Vmap { detail: detail.into(), span });
+        };
+        for g in &f.generics {
+            if !sizes.contains_key(g.name.as_str()) {
+                return self.err(TypeError::CannotInferSize { param: g.name.clone(), func: f.name.name.clone(), span: fname.span });
+            }
+        }
+        let ret = ret.subst(&sizes);
+        let Some(out_ty) = add_leading(&ret, &b) else {
+            let detail = format!("`{}` returns `{ret}`; vmap batches arrays and tuples of arrays", f.name.name);
+            return self.err(TypeError::Vmap { detail, span: fname.span });
+        };
+        if !self.building() {
+            return Val::of(out_ty, vec![]);
+        }
+        let Dim::Known(size) = b else { unreachable!("sizes are known when building") };
+        // Build `f` alone, on unbatched parameters, then batch it into this function.
+        let param_tys: Vec<Ty> = params.iter().map(|p| p.subst(&sizes)).collect();
+        let outer = self.b.replace(Builder::new());
+        let inner_params: Vec<Val> = param_tys.iter().map(|t| self.param(t.clone())).collect();
+        let param_vars: Vec<Var> = inner_params.iter().flat_map(|v| v.vars.iter().copied()).collect();
+        self.stack.push(r);
+        let out = self.inline(f, r.module, sizes, inner_params, &ret);
+        self.stack.pop();
+        let inner = std::mem::replace(&mut self.b, outer).expect("build mode");
+        let func = inner.finish(&f.name.name, param_vars, out.vars);
+        let mut args = vec![];
+        for ((v, is_batched), t) in vals.into_iter().zip(&batched).zip(&param_tys) {
+            let v = if *is_batched { v } else { self.coerce(v, t, span, None) };
+            args.extend(v.vars.iter().map(|&x| if *is_batched { BVal::batched(x, 0) } else { BVal::unbatched(x) }));
+        }
+        let b = self.b.as_mut().expect("build mode");
+        let outs = batch_into(b, &func, &args, size as usize);
+        let vars = outs.into_iter().map(|o| bdim_at(b, o, 0, size as usize)).collect();
+        Val::of(out_ty, vars)
+    }
+}
+
+/// A batched argument's per-example type and batch size: every array in it loses its
+/// leading axis, which must be the same for all.
+fn strip_leading(t: &Ty) -> Option<(Ty, Dim)> {
+    match t {
+        Ty::Array(d, dims) => dims.split_first().map(|(b, rest)| (Ty::Array(*d, rest.to_vec()), b.clone())),
+        Ty::Tuple(ts) => {
+            let parts: Vec<(Ty, Dim)> = ts.iter().map(strip_leading).collect::<Option<_>>()?;
+            let b = parts.first()?.1.clone();
+            parts.iter().all(|(_, d)| *d == b).then(|| (Ty::Tuple(parts.into_iter().map(|(t, _)| t).collect()), b))
+        }
+        Ty::Struct(..) | Ty::Error => None,
+    }
+}
+
+/// A result's batched type: a leading axis on every array.
+fn add_leading(t: &Ty, b: &Dim) -> Option<Ty> {
+    match t {
+        Ty::Array(d, dims) => Some(Ty::Array(*d, std::iter::once(b.clone()).chain(dims.iter().cloned()).collect())),
+        Ty::Tuple(ts) => ts.iter().map(|t| add_leading(t, b)).collect::<Option<_>>().map(Ty::Tuple),
+        Ty::Struct(..) | Ty::Error => None,
+    }
+}
