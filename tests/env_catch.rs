@@ -76,7 +76,7 @@ fn step_cases_match_step_env() {
     for case in list(&fx["step_cases"]) {
         let name = case["name"].as_str().expect("name");
         let mut state = env.state(&case["init_state"]);
-        let mut time = case["init_state"]["time"].as_i64().expect("time") as i32;
+        let time0 = case["init_state"]["time"].as_i64().expect("time") as i32;
         for (i, st) in list(&case["steps"]).iter().enumerate() {
             // After a terminated step, gymnax's `step_env` takes its `prev_done` branch
             // (bsuite's reset inside step), which our Catch leaves out: the auto-resetting
@@ -85,6 +85,8 @@ fn step_cases_match_step_env() {
                 break;
             }
             let at = format!("case {name}, step {i}");
+            // gymnax's `time` before this step.
+            let time = time0 + i as i32;
             let (action, k) = (i32_scalar(st["action"].as_i64().expect("action") as i32), key(&st["key"]));
             let terminated = st["terminated"].as_bool().expect("terminated");
             let done = terminated || st["truncated"] == true;
@@ -121,7 +123,6 @@ fn step_cases_match_step_env() {
                 }
             }
             state = next;
-            time += 1;
             checked += 1;
         }
     }

@@ -26,8 +26,11 @@
 //! The plugin is found the way users find it (`PODC_PJRT_PLUGIN`, else the cache,
 //! installing it if missing); if that fails, the test fails rather than skips.
 
+mod common;
+
 use std::sync::OnceLock;
 
+use common::rng::Rng;
 use podracer::array::{Array, ArrayTy, DType, Data};
 use podracer::ir::eval::eval_func;
 use podracer::ir::verify::verify;
@@ -48,46 +51,6 @@ fn client() -> &'static Client {
 
 // ---------------------------------------------------------------------------------------
 // Inputs
-
-/// splitmix64: a tiny deterministic PRNG, so failures reproduce.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[lo, hi)`.
-    fn f32(&mut self, lo: f32, hi: f32) -> f32 {
-        let u = (self.next() >> 40) as f32 / (1u64 << 24) as f32;
-        lo + (hi - lo) * u
-    }
-
-    fn f32s(&mut self, shape: &[usize], lo: f32, hi: f32) -> Array {
-        let n = shape.iter().product();
-        Array::f32(shape.to_vec(), (0..n).map(|_| self.f32(lo, hi)).collect())
-    }
-
-    fn i32s(&mut self, shape: &[usize], lo: i32, hi: i32) -> Array {
-        let n = shape.iter().product();
-        let span = (i64::from(hi) - i64::from(lo)) as u64;
-        Array::i32(shape.to_vec(), (0..n).map(|_| (i64::from(lo) + (self.next() % span) as i64) as i32).collect())
-    }
-
-    fn u32s(&mut self, shape: &[usize]) -> Array {
-        let n = shape.iter().product();
-        Array::new(shape.to_vec(), Data::U32((0..n).map(|_| self.next() as u32).collect()))
-    }
-
-    fn bools(&mut self, shape: &[usize]) -> Array {
-        let n = shape.iter().product();
-        Array::new(shape.to_vec(), Data::Bool((0..n).map(|_| self.next() & 1 == 1).collect()))
-    }
-}
 
 const F32_EDGES: [f32; 10] = [0.0, -0.0, 1.0, -1.5, 2.5, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 1e30, -7e-30];
 /// Subnormals and their neighbours: XLA's CPU runtime flushes subnormals to zero, and

@@ -39,13 +39,17 @@ fn fixture() -> Vec<Case> {
         .iter()
         .map(|c| {
             let text = |k: &str| c[k].as_str().expect(k).to_string();
-            let shape: Vec<usize> = c["shape"].as_array().expect("shape").iter().map(|d| d.as_u64().unwrap() as usize).collect();
-            let ints = |k: &str| -> Vec<i64> { c[k].as_array().expect(k).iter().map(|x| x.as_i64().unwrap()).collect() };
+            let shape: Vec<usize> =
+                c["shape"].as_array().expect("shape").iter().map(|d| d.as_u64().unwrap() as usize).collect();
+            let ints =
+                |k: &str| -> Vec<i64> { c[k].as_array().expect(k).iter().map(|x| x.as_i64().unwrap()).collect() };
             let dtype = text("dtype");
             let data = match dtype.as_str() {
                 "u32" => Data::U32(ints("data").iter().map(|&x| x as u32).collect()),
                 "i32" => Data::I32(ints("data").iter().map(|&x| x as i32).collect()),
-                "bool" => Data::Bool(c["data"].as_array().expect("data").iter().map(|x| x.as_bool().unwrap()).collect()),
+                "bool" => {
+                    Data::Bool(c["data"].as_array().expect("data").iter().map(|x| x.as_bool().unwrap()).collect())
+                }
                 "f32" => Data::F32(ints("bits").iter().map(|&x| f32::from_bits(x as u32)).collect()),
                 other => panic!("unknown dtype {other}"),
             };
@@ -107,7 +111,14 @@ fn compare(cases: &[Case], got: &[Array], run: &str, device: bool) {
                 for (i, (&x, &y)) in g.iter().zip(w).enumerate() {
                     worst = worst.max(ulps(x, y));
                     let ok = if device { ulps(x, y) <= 1 } else { (x - y).abs() <= host_tolerance(y) };
-                    assert!(ok, "{run}: {} ({}) [{i}]: {x:e} ({:#x}), jax {y:e} ({:#x})", c.name, c.pod, x.to_bits(), y.to_bits());
+                    assert!(
+                        ok,
+                        "{run}: {} ({}) [{i}]: {x:e} ({:#x}), jax {y:e} ({:#x})",
+                        c.name,
+                        c.pod,
+                        x.to_bits(),
+                        y.to_bits()
+                    );
                 }
             }
             _ => assert_eq!(g.data, c.want.data, "{run}: {} ({})", c.name, c.pod),

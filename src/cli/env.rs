@@ -130,7 +130,7 @@ pub struct BenchArgs<'a> {
 /// (split over `devices`) with random actions, then times it: the median of `runs` runs
 /// after a warm-up.
 pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
-    if a.devices == 0 || a.envs % a.devices != 0 {
+    if a.devices == 0 || !a.envs.is_multiple_of(a.devices) {
         return Err(Failure::Message(format!("`--envs {}` must split evenly over `--devices {}`", a.envs, a.devices)));
     }
     let prog = load(a.file)?;

@@ -28,7 +28,7 @@ use crate::resolve::{ItemRef, Program};
 use crate::syntax::ast::{self, EnvSpec, ExprKind};
 use crate::syntax::span::Span;
 use crate::types::error::TypeError;
-use crate::types::{Dim, Ty, join};
+use crate::types::{Dim, Ty};
 use std::collections::HashMap;
 
 /// The members an `env` may declare, for diagnostics.
@@ -131,20 +131,21 @@ impl Elab<'_> {
         for m in &missing {
             self.err(TypeError::EnvMissing { env: e.name.name.clone(), what: format!("`{m}`"), span: e.name.span, help: None });
         }
-        let obs_s = observation.as_ref().map(|t| t.to_string()).unwrap_or_else(|| "OBS".into());
+        // The state type is what `reset` returns; the others must agree with it.
+        let state = fns.get("reset").map(|f| self.signature_types(f).1);
+        let state_s = state.as_ref().map_or_else(|| "S".to_string(), |t| t.to_string());
+        let obs_s = observation.as_ref().map_or_else(|| "OBS".to_string(), |t| t.to_string());
         for name in ["reset", "step", "observe"] {
             if !fns.contains_key(name) {
-                let help = signature(name, "S", &obs_s);
+                let help = signature(name, &state_s, &obs_s);
                 let what = format!("`fn {name}`");
                 self.err(TypeError::EnvMissing { env: e.name.name.clone(), what, span: e.name.span, help });
             }
         }
-        // The state type is what `reset` returns; the others must agree with it.
-        let state = fns.get("reset").map(|f| self.signature_types(f).1)?;
+        let state = state?;
         let key = super::random::key_ty();
         let i32_ty = Ty::scalar(DType::I32);
         let step_ty = if state.is_error() { Ty::Error } else { Ty::Struct(self.step_def(state.clone()), vec![]) };
-        let state_s = state.to_string();
         let want: [(&str, Vec<Ty>, Ty); 3] = [
             ("reset", vec![key.clone()], state.clone()),
             ("step", vec![state.clone(), i32_ty, key], step_ty),
@@ -157,11 +158,24 @@ impl Elab<'_> {
                 continue;
             };
             let (found_params, found_ret) = self.signature_types(f);
-            if found_params != params || found_ret != ret {
+            // Point at the first part that is wrong: the parameter list, a parameter, or the result.
+            let wrong = if found_params.len() != params.len() {
+                Some((f.name.span, format!("expected {} parameters, found {}", params.len(), found_params.len())))
+            } else if let Some(((_, t), (want, have))) =
+                f.params.iter().zip(params.iter().zip(&found_params)).find(|(_, (w, h))| w != h)
+            {
+                Some((t.span, format!("expected `{want}`, found `{have}`")))
+            } else {
+                (found_ret != ret).then(|| (f.ret.span, format!("expected `{ret}`, found `{found_ret}`")))
+            };
+            if let Some((span, label)) = wrong {
                 ok = false;
-                let found = format!("fn {name}({}) -> {found_ret}", join(&found_params));
+                let written: Vec<String> =
+                    f.params.iter().map(|(n, t)| format!("{}: {}", n.name, crate::syntax::print::print_type(t))).collect();
+                let found = format!("fn {name}({}) -> {}", written.join(", "), crate::syntax::print::print_type(&f.ret));
                 let expected = signature(name, &state_s, &obs_s).unwrap_or_default();
-                self.err(TypeError::EnvSignature { env: e.name.name.clone(), found, expected, span: f.name.span });
+                let (env, func) = (e.name.name.clone(), name.to_string());
+                self.err(TypeError::EnvSignature { env, func, expected, found, label, span });
             }
         }
         ok.then(|| EnvInfo {

@@ -12,12 +12,15 @@
 //! - `split(k, n)` hashes `(0, i)` and keeps both words as key `i`
 //!   (`_threefry_split_foldlike`); `fold_in(k, d)` hashes `(0, d)`.
 //!
-//! Floats follow jax's samplers op for op, so that XLA, which compiles the same operations,
-//! rounds the same way; `normal` computes XLA's f32 `erf_inv` (see [`Elab::erf_inv`]).
+//! Floats follow jax's samplers operation for operation (`normal` computes XLA's f32
+//! `erf_inv`, see [`Elab::erf_inv`]), so on the device, where XLA compiles the same
+//! operations as it does for jax, they are jax's bits. The interpreter rounds each
+//! operation alone where XLA's CPU backend fuses a multiply and an add, and uses the
+//! host's `log`, so its floats can differ from jax's by an ulp or two (of `max(|x|, 1)`).
 //!
-//! Like every operation, a draw from a key known at compile time folds into a constant. A
-//! run-time key gives IR that broadcasts scalar constants rather than holding full-size
-//! ones, so large draws stay small in the IR.
+//! Like every operation, a draw from a key known at compile time folds into a constant
+//! (computed by the interpreter's rules). A run-time key gives IR that broadcasts scalar
+//! constants rather than holding full-size ones, so large draws stay small in the IR.
 
 use super::ops::{dims_of, known_shape};
 use super::{Elab, Val};
@@ -126,10 +129,13 @@ impl Elab<'_> {
     /// the seed shifted right by 32, which is 0, then the seed's bits.
     fn seed_key(&mut self, e: &ast::Expr) -> Val {
         let s = self.scalar_arg("key", e, None);
-        if s.ty.is_error() || !self.concrete(&[&s]) {
-            return if s.ty.is_error() { s } else { Val::of(key_ty(), vec![]) };
+        if s.ty.is_error() {
+            return s;
         }
-        let lo = self.to_u32(&s);
+        if !self.concrete(&[&s]) {
+            return Val::of(key_ty(), vec![]);
+        }
+        let lo = self.u32_bits(&s);
         let hi = self.u32c(0);
         self.pair(&hi, &lo)
     }
@@ -188,7 +194,7 @@ impl Elab<'_> {
         }
         let (k0, k1) = self.key_words(&k);
         let x0 = self.u32c(0);
-        let x1 = self.to_u32(&d);
+        let x1 = self.u32_bits(&d);
         let (y0, y1) = self.threefry(&k0, &k1, x0, x1);
         self.pair(&y0, &y1)
     }
@@ -199,9 +205,10 @@ impl Elab<'_> {
         let k = self.key_arg("uniform", &args[0]);
         let dims = self.shape_arg(&args[1]);
         let range = match args.get(2..4) {
-            Some([lo, hi]) => {
-                Some((self.scalar_arg("uniform", lo, Some(DType::F32)), self.scalar_arg("uniform", hi, Some(DType::F32))))
-            }
+            Some([lo, hi]) => Some((
+                self.scalar_arg("uniform", lo, Some(DType::F32)),
+                self.scalar_arg("uniform", hi, Some(DType::F32)),
+            )),
             _ => None,
         };
         let mut vals = vec![&k];
@@ -254,7 +261,7 @@ impl Elab<'_> {
         // span = hi - lo as u32, or 1 when hi <= lo so that lo is always returned. (jax
         // widens the span by one when `hi` exceeds the dtype's maximum; an i32 never does.)
         let diff = self.bin(BinaryOp::Sub, &hi, &lo);
-        let diff = self.to_u32(&diff);
+        let diff = self.u32_bits(&diff);
         let one = self.u32c(1);
         let empty = self.apply(Prim::Compare(Compare { op: CmpOp::Le }), &[&hi, &lo]);
         let span = self.apply(Prim::Select(Select), &[&empty, &one, &diff]);
@@ -311,7 +318,12 @@ impl Elab<'_> {
         let dims = dims_of(&logits.ty).to_vec();
         let Some((_, batch)) = dims.split_last() else {
             let expected = "logits of rank 1 or more".into();
-            return self.err(TypeError::BadOperand { op: "categorical".into(), ty: logits.ty, span: args[1].span, expected });
+            return self.err(TypeError::BadOperand {
+                op: "categorical".into(),
+                ty: logits.ty,
+                span: args[1].span,
+                expected,
+            });
         };
         let ty = Ty::Array(DType::I32, batch.to_vec());
         if !self.ready(&[&k, &logits], &dims) {
@@ -486,7 +498,8 @@ impl Elab<'_> {
         }
         let b = self.b.as_mut().expect("building");
         let iota = b.prim1(Prim::Iota(Iota { ty: ArrayTy::new(DType::U32, vec![n]), dim: 0 }), &[]);
-        let lo = if shape.len() == 1 { iota } else { b.prim1(Prim::Reshape(Reshape { shape: shape.to_vec() }), &[iota]) };
+        let lo =
+            if shape.len() == 1 { iota } else { b.prim1(Prim::Reshape(Reshape { shape: shape.to_vec() }), &[iota]) };
         let lo = Val::of(ty, vec![lo]);
         let zero = self.u32c(0);
         (self.splat(&zero, &lo), lo)
@@ -593,7 +606,7 @@ impl Elab<'_> {
     }
 
     /// An integer's bits as u32.
-    fn to_u32(&mut self, v: &Val) -> Val {
+    fn u32_bits(&mut self, v: &Val) -> Val {
         match &v.ty {
             Ty::Array(DType::U32, _) => v.clone(),
             _ => self.apply(Prim::Convert(Convert { to: DType::U32 }), &[v]),

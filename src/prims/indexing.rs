@@ -347,11 +347,15 @@ fn clamped_starts(b: &mut Builder, s: BVal, size: usize, n: usize, k: usize) -> 
     b.prim1(Prim::Binary(Binary { op: BinaryOp::Min }), &[s, hi])
 }
 
-/// `s[e] <= i < s[e] + k` as a bool `[size, n]` mask, for clamped starts `s`.
+/// `s[e] <= i < s[e] + k` as a bool `[size, n]` mask, for clamped starts `s`; for one
+/// cell (`k == 1`), `i == s[e]`.
 fn interval_mask(b: &mut Builder, s: Var, size: usize, n: usize, k: usize) -> Var {
     let shape = [size, n];
     let i = b.prim1(Prim::Iota(Iota { ty: ArrayTy::new(DType::I32, shape.to_vec()), dim: 1 }), &[]);
     let lo = b.prim1(Prim::Broadcast(Broadcast { shape: shape.to_vec(), dims: vec![0] }), &[s]);
+    if k == 1 {
+        return b.prim1(Prim::Compare(Compare { op: CmpOp::Eq }), &[i, lo]);
+    }
     let k = splat(b, Array::i32(vec![], vec![i32::try_from(k).unwrap_or(i32::MAX)]), &shape);
     let hi = b.prim1(Prim::Binary(Binary { op: BinaryOp::Add }), &[lo, k]);
     let above = b.prim1(Prim::Compare(Compare { op: CmpOp::Ge }), &[i, lo]);

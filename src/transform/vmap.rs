@@ -221,7 +221,11 @@ impl Batcher<'_> {
             b.prim(p.clone(), &vars).into_iter().map(BVal::unbatched).collect()
         };
         let name = p.rules().name();
-        assert_eq!(results.len(), outs.len(), "internal compiler error: the batching rule of {name} gives a wrong number of results");
+        assert_eq!(
+            results.len(),
+            outs.len(),
+            "internal compiler error: the batching rule of {name} gives a wrong number of results"
+        );
         for (&o, x) in outs.iter().zip(results) {
             let want = match x.axis {
                 Some(axis) => batched_ty(self.f.ty(o), axis, self.size),
@@ -242,7 +246,13 @@ impl Batcher<'_> {
     /// batches the body once under that assignment. The body reads the constants as the
     /// outer values they stand for; [`Builder::end_loop`] turns those back into loop
     /// constants, keeping only the ones still used.
-    fn batch_loop(&mut self, b: &mut Builder, (lo, hi, n_consts, body): (i64, i64, usize, &Graph), args: &[BVal], outs: &[Var]) {
+    fn batch_loop(
+        &mut self,
+        b: &mut Builder,
+        (lo, hi, n_consts, body): (i64, i64, usize, &Graph),
+        args: &[BVal],
+        outs: &[Var],
+    ) {
         let (consts, init) = args.split_at(n_consts);
         let consts_batched: Vec<bool> = consts.iter().map(BVal::is_batched).collect();
         let init_batched: Vec<bool> = init.iter().map(BVal::is_batched).collect();
@@ -321,4 +331,122 @@ fn results_batched(g: &Graph, params: &[bool]) -> Vec<bool> {
         batched.extend(e.outs.iter().zip(outs).filter(|(_, b)| *b).map(|(&o, _)| o));
     }
     g.results.iter().map(|r| batched.contains(r)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::array::{Array, Data};
+    use crate::ir::eval::eval_func;
+    use crate::ir::print::print_func;
+    use crate::prims::{Binary, BinaryOp, Constant, DynamicUpdateSlice, Unary, UnaryOp};
+
+    fn f32t(shape: &[usize]) -> ArrayTy {
+        ArrayTy::new(DType::F32, shape.to_vec())
+    }
+
+    fn i32s() -> ArrayTy {
+        ArrayTy::scalar(DType::I32)
+    }
+
+    fn add(b: &mut Builder, x: Var, y: Var) -> Var {
+        b.prim1(Prim::Binary(Binary { op: BinaryOp::Add }), &[x, y])
+    }
+
+    /// `for _ in 0..4 { (p, q, r) = (p + x, p, q) }`, returning `(r, q, p)`.
+    fn chain() -> Func {
+        let mut b = Builder::new();
+        let params: Vec<Var> = (0..4).map(|_| b.fresh(f32t(&[2]))).collect();
+        let (x, init) = (params[0], &params[1..]);
+        b.begin_loop();
+        let i = b.fresh(i32s());
+        let c: Vec<Var> = (0..3).map(|_| b.fresh(f32t(&[2]))).collect();
+        let p2 = add(&mut b, c[0], x);
+        let outs = b.end_loop(0, 4, init, vec![i, c[0], c[1], c[2]], vec![p2, c[0], c[1]]);
+        b.finish("chain", params, vec![outs[2], outs[1], outs[0]])
+    }
+
+    /// The body of the first loop of `f`.
+    fn first_loop(f: &Func) -> (&Eqn, &Graph, usize) {
+        let e = f.graph.eqns.iter().find(|e| matches!(e.op, Op::Loop { .. })).expect("a loop");
+        let Op::Loop { body, n_consts, .. } = &e.op else { unreachable!("found a loop") };
+        (e, body, *n_consts)
+    }
+
+    /// A batched constant reaches the third carry only on the third round.
+    #[test]
+    fn carries_join_the_batch_through_the_body() {
+        let f = chain();
+        let (_, body, _) = first_loop(&f);
+        assert_eq!(carries_batched(body, &[true], &[false, false, false]), [true, true, true]);
+        assert_eq!(carries_batched(body, &[false], &[false, false, false]), [false, false, false]);
+        assert_eq!(carries_batched(body, &[false], &[false, true, false]), [false, true, true]);
+    }
+
+    #[test]
+    fn a_batched_loop_keeps_its_trip_count_and_carries_the_batch_in_front() {
+        let g = vmap(&chain(), &[true, false, false, false], 5);
+        let (e, body, n_consts) = first_loop(&g);
+        assert!(matches!(e.op, Op::Loop { lo: 0, hi: 4, .. }));
+        assert_eq!(n_consts, 1);
+        for &c in &body.params[1..] {
+            assert_eq!(g.ty(c), &f32t(&[5, 2]));
+        }
+        let x = Array::f32(vec![5, 2], (0..10).map(|k| k as f32).collect());
+        let z = Array::f32(vec![2], vec![0.5, -1.0]);
+        let out = eval_func(&g, &[x, z.clone(), z.clone(), z]);
+        // r = p after two steps = z + 2x, per example
+        let Data::F32(r) = &out[0].data else { panic!("f32") };
+        assert_eq!(r[..4], [0.5, 1.0, 4.5, 5.0]);
+    }
+
+    /// Values that do not depend on a batched parameter are computed once, unbatched.
+    #[test]
+    fn unbatched_values_stay_unbatched() {
+        let mut b = Builder::new();
+        let (x, w) = (b.fresh(f32t(&[3])), b.fresh(f32t(&[3])));
+        let e = b.prim1(Prim::Unary(Unary { op: UnaryOp::Exp }), &[w]);
+        let y = add(&mut b, x, e);
+        let f = b.finish("f", vec![x, w], vec![y, e]);
+        let g = vmap(&f, &[true, false], 4);
+        let exp = g.graph.eqns.iter().find(|e| matches!(&e.op, Op::Prim(Prim::Unary(_)))).expect("exp");
+        assert_eq!(g.ty(exp.outs[0]), &f32t(&[3]));
+        // Every result is batched: the unbatched one is broadcast.
+        assert_eq!(g.result_types(), [f32t(&[4, 3]), f32t(&[4, 3])]);
+    }
+
+    /// `obs.set([y, x], 1.0)` with a batch of `(y, x)`, the common write of an RL
+    /// environment, becomes one `select` under an iota mask: no gather, no loop.
+    #[test]
+    fn a_batched_cell_write_is_a_masked_select() {
+        let mut b = Builder::new();
+        let (obs, y, x) = (b.fresh(f32t(&[3, 4])), b.fresh(i32s()), b.fresh(i32s()));
+        let one = b.prim1(Prim::Constant(Constant { value: Array::f32(vec![1, 1], vec![1.0]) }), &[]);
+        let out = b.prim1(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &[obs, one, y, x]);
+        let f = b.finish("set_cell", vec![obs, y, x], vec![out]);
+        let g = vmap(&f, &[false, true, true], 2);
+        insta::assert_snapshot!(print_func(&g));
+
+        let zeros = Array::f32(vec![3, 4], vec![0.0; 12]);
+        let out = eval_func(&g, &[zeros, Array::i32(vec![2], vec![0, 9]), Array::i32(vec![2], vec![1, 2])]);
+        let mut want = vec![0.0; 24];
+        want[1] = 1.0; // example 0: (0, 1)
+        want[12 + 2 * 4 + 2] = 1.0; // example 1: (9, 2), the row clamped to 2
+        assert_eq!(out[0], Array::f32(vec![2, 3, 4], want));
+    }
+
+    /// `obs[y, x]` with a batch of `(y, x)`: one-hot selections, made of `select`s only.
+    #[test]
+    fn a_batched_cell_read_is_a_selection() {
+        let mut b = Builder::new();
+        let (obs, y, x) = (b.fresh(f32t(&[3, 4])), b.fresh(i32s()), b.fresh(i32s()));
+        let out = b.prim1(Prim::DynamicSlice(crate::prims::DynamicSlice { sizes: vec![1, 1] }), &[obs, y, x]);
+        let f = b.finish("get_cell", vec![obs, y, x], vec![out]);
+        let g = vmap(&f, &[true, true, false], 2);
+        insta::assert_snapshot!(print_func(&g));
+
+        let obs = Array::f32(vec![2, 3, 4], (0..24).map(|k| k as f32).collect());
+        let out = eval_func(&g, &[obs, Array::i32(vec![2], vec![-1, 1]), Array::i32(vec![], vec![3])]);
+        assert_eq!(out[0], Array::f32(vec![2, 1, 1], vec![3.0, 12.0 + 4.0 + 3.0]));
+    }
 }

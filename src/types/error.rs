@@ -36,7 +36,7 @@ pub enum TypeError {
     LiteralRange { value: String, ty: String, span: Span },
     Entry { detail: String, span: Span },
     EnvMissing { env: String, what: String, span: Span, help: Option<String> },
-    EnvSignature { env: String, found: String, expected: String, span: Span },
+    EnvSignature { env: String, func: String, expected: String, found: String, label: String, span: Span },
     EnvMember { detail: String, span: Span },
     Vmap { detail: String, span: Span },
 }
@@ -192,8 +192,8 @@ impl TypeError {
                     None => d,
                 }
             }
-            E::EnvSignature { env, found, expected, span } => {
-                Diag::new("E0302", format!("`{span_name}` of env `{env}` has the wrong type", span_name = fn_name(&found)), span, "wrong type")
+            E::EnvSignature { env, func, expected, found, label, span } => {
+                Diag::new("E0302", format!("`{func}` of env `{env}` has the wrong type"), span, label)
                     .with_note(format!("expected `{expected}`"))
                     .with_note(format!("   found `{found}`"))
             }
@@ -204,7 +204,3 @@ impl TypeError {
     }
 }
 
-/// The function name in a rendered signature `fn name(...) -> ...`.
-fn fn_name(sig: &str) -> &str {
-    sig.trim_start_matches("fn ").split('(').next().unwrap_or(sig)
-}

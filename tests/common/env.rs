@@ -34,7 +34,9 @@ impl EnvFn {
     /// Runs the function through PJRT, compiling it on first use.
     pub fn device(&self, args: &[Array]) -> Vec<Array> {
         let exe = self.exe.get_or_init(|| {
-            client().compile(&lower_module(&self.func, 1), 1).unwrap_or_else(|e| panic!("{} compiles: {e}", self.func.name))
+            client()
+                .compile(&lower_module(&self.func, 1), 1)
+                .unwrap_or_else(|e| panic!("{} compiles: {e}", self.func.name))
         });
         let bufs: Vec<_> = args.iter().map(|a| client().upload(a, 0).expect("upload")).collect();
         let outs = exe.execute(&bufs.iter().collect::<Vec<_>>()).expect("runs on the device");
@@ -92,7 +94,9 @@ impl Env {
             .map(|(n, t)| {
                 let x = v.get(n).unwrap_or_else(|| panic!("no field `{n}` in {v}"));
                 let ty = Ty::Array(t.dtype, t.shape.iter().map(|&d| Dim::Known(d as u64)).collect());
-                podracer::io::args_from_json(&[ty], &json!([x])).unwrap_or_else(|e| panic!("field `{n}`: {e}")).remove(0)
+                podracer::io::args_from_json(&[ty], &json!([x]))
+                    .unwrap_or_else(|e| panic!("field `{n}`: {e}"))
+                    .remove(0)
             })
             .collect()
     }
@@ -106,7 +110,8 @@ pub fn fixture(name: &str) -> Value {
 
 /// A key as the fixtures record it: `[k0, k1]`, two u32.
 pub fn key(v: &Value) -> Array {
-    let words: Vec<u32> = v.as_array().expect("a key is a list").iter().map(|w| w.as_u64().expect("u32") as u32).collect();
+    let words: Vec<u32> =
+        v.as_array().expect("a key is a list").iter().map(|w| w.as_u64().expect("u32") as u32).collect();
     assert_eq!(words.len(), 2, "a key has two words: {v}");
     Array::new(vec![2], Data::U32(words))
 }
