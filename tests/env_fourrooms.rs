@@ -141,8 +141,12 @@ fn scalar_f32(v: &Value) -> Array {
     Array::f32(vec![], vec![v.as_f64().expect("a number") as f32])
 }
 
-fn scalar_bool(v: &Value) -> Array {
-    Array::new(vec![], Data::Bool(vec![v.as_bool().expect("a bool")]))
+fn scalar_bool(b: bool) -> Array {
+    Array::new(vec![], Data::Bool(vec![b]))
+}
+
+fn flag(v: &Value) -> bool {
+    v.as_bool().expect("a bool")
 }
 
 /// A fixture state object as the state's leaves, in field order.
@@ -255,14 +259,14 @@ fn step_cases() {
                 same_state(env, &at, &out[..nf], &want);
                 same(&at, "obs", &out[nf], &obs(&s["obs"]));
                 same(&at, "reward", &out[nf + 1], &scalar_f32(&s["reward"]));
-                same(&at, "terminated", &out[nf + 2], &scalar_bool(&s["terminated"]));
+                same(&at, "terminated", &out[nf + 2], &scalar_bool(flag(&s["terminated"])));
                 // gymnax's `step_env` never truncates; `env.step` does, at `time >= 500`,
                 // which is the env's `time_limit` (the derived step counts from reset, as
                 // `time` does).
-                same(&at, "truncated", &out[nf + 3], &scalar_bool(&Value::Bool(false)));
+                same(&at, "truncated", &out[nf + 3], &scalar_bool(false));
             }
             let time = s["state"]["time"].as_u64().expect("time");
-            assert_eq!(s["truncated"].as_bool(), Some(time >= env.time_limit), "{name} step {t}: time limit");
+            assert_eq!(flag(&s["truncated"]), time >= env.time_limit, "{name} step {t}: time limit");
             prev = want;
             steps += 1;
         }
@@ -287,7 +291,7 @@ fn autoreset_rollout() {
             args.push(key(&s["key"]));
             let want = state(env, &s["state"]);
             let want_t = s["state"]["time"].as_i64().expect("time");
-            let done = s["terminated"].as_bool() == Some(true) || s["truncated"].as_bool() == Some(true);
+            let done = flag(&s["terminated"]) || flag(&s["truncated"]);
             // The final observation is the ended episode's; otherwise the step's own.
             let final_obs = if done { obs(&s["final_obs"]) } else { obs(&s["obs"]) };
             for (backend, out) in env.step.run(&args) {
@@ -296,8 +300,8 @@ fn autoreset_rollout() {
                 same(&at, "step count", &out[nf], &scalar_i32(want_t));
                 same(&at, "obs", &out[nf + 1], &obs(&s["obs"]));
                 same(&at, "reward", &out[nf + 2], &scalar_f32(&s["reward"]));
-                same(&at, "terminated", &out[nf + 3], &scalar_bool(&s["terminated"]));
-                same(&at, "truncated", &out[nf + 4], &scalar_bool(&s["truncated"]));
+                same(&at, "terminated", &out[nf + 3], &scalar_bool(flag(&s["terminated"])));
+                same(&at, "truncated", &out[nf + 4], &scalar_bool(flag(&s["truncated"])));
                 same(&at, "final obs", &out[nf + 5], &final_obs);
             }
             dones += usize::from(done);

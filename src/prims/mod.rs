@@ -61,7 +61,7 @@ pub trait Rules {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Prim {
     // elementwise
-    /// `op(x)` elementwise: neg, not, exp, log, tanh, sqrt, abs, floor, sin, cos.
+    /// `op(x)` elementwise: neg, not, exp, log, log1p, tanh, sqrt, abs, floor, sin, cos.
     Unary(Unary),
     /// `op(x, y)` elementwise on operands of one type: arithmetic, max/min, bitwise, shifts.
     Binary(Binary),
