@@ -1,294 +1,193 @@
-//! `examples/envs/breakout.pod` against gymnax's `Breakout-MinAtar`, step by step, using
-//! `tests/fixtures/envs/breakout.json` (see `docs/environments.md` for the dynamics and
-//! its quirks, each of which has a step case). Everything is compared exactly; the
-//! `.pod` state keeps gymnax's fields, with `brick_map` as bool where gymnax has 0.0/1.0
-//! floats, so the fixture's 0/1 bricks are read as bools.
+//! Breakout (`examples/envs/breakout.pod`) against gymnax's `Breakout-MinAtar`, step by
+//! step, using `tests/fixtures/envs/breakout.json` (`docs/environments.md` describes the
+//! dynamics and their quirks, each of which has a step case). Everything is compared
+//! **exactly**. Our state keeps gymnax's fields, with `brick_map` as bool where gymnax
+//! keeps 0.0/1.0 floats, so the fixture's 0/1 bricks are read as bools.
 //!
 //! - `reset` from every recorded key (both ball starts occur), through the interpreter and
 //!   PJRT: state, step count and observation;
 //! - every step of every `step_cases` sequence through the env's own step (`raw_step`),
-//!   through the interpreter and PJRT, each from the fixture's previous state: state
-//!   (every field, the whole brick map), observation, reward and `terminated`. The env
-//!   never truncates by itself; the fixture's `truncated` must be exactly what the
-//!   declared `time_limit` gives. gymnax's `step_env` ignores its key, so the same steps
-//!   also go through the derived auto-resetting step, with the step count set to the
-//!   state's `time`: reward, `terminated`, `truncated` (case `truncation` reaches the time
-//!   limit) and the final observation, and the state and observation while no episode ends;
-//! - the auto-reset rollout through the derived step, fed the key that gymnax's `env.step`
-//!   got (it must split it as gymnax does and reset from the second half): state, step
-//!   count, observation, reward, `terminated`, `truncated` and the final observation.
+//!   through the interpreter and PJRT, each from the fixture's previous state: every state
+//!   field (the whole brick map), observation, reward and `terminated`, and `truncated` is
+//!   false (the env never truncates by itself). gymnax's `step_env` ignores its key, so the
+//!   same steps also go through the auto-resetting step, its counter at gymnax's `time`:
+//!   reward, `terminated`, `truncated` (case `truncation` reaches the 1000-step limit), the
+//!   final observation, and the state, counter and observation while no episode ends;
+//! - the auto-reset rollout, closed loop from its reset key through the auto-resetting
+//!   step fed the keys gymnax's `env.step` got (it must split them as gymnax does and reset
+//!   from the second half; the rollout resets into both ball starts): state, counter,
+//!   observation, reward, `terminated`, `truncated` and final observation.
 //!
-//! `reset` and `raw_step` are compiled once per test process. The derived step runs in
-//! the interpreter only: it is made of the same env functions and key splits that the
-//! other checks run on PJRT, and compiling it as well would cost seconds of XLA time on
-//! this 2-core machine.
+//! `reset` and `raw_step` compile once per test process. The auto-resetting step runs in
+//! the interpreter only: everything it is made of (the key split, the env's step, reset
+//! and observe) runs on PJRT in the other checks, `tests/env_catch.rs` runs the auto-reset
+//! derivation on PJRT, and compiling it here would more than double the XLA time (0.6 s
+//! against 0.25 s for `raw_step` on an idle 2-core machine).
 
 mod common;
 
-use common::client;
-use podracer::array::{Array, ArrayTy, Data};
-use podracer::elab::env::build_env;
-use podracer::ir::Func;
-use podracer::ir::eval::eval_func;
-use podracer::runtime::Executable;
-use podracer::types::{Dim, Ty};
-use serde_json::Value;
-use std::path::Path;
+use common::env::{Env, bool_scalar, f32_scalar, fixture, i32_scalar, key};
+use podracer::array::Array;
+use serde_json::{Value, json};
 use std::sync::OnceLock;
 
-const ENV: &str = "Breakout";
-
-fn fixture() -> &'static Value {
-    static DOC: OnceLock<Value> = OnceLock::new();
-    DOC.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/envs/breakout.json");
-        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture is readable")).expect("fixture is JSON")
-    })
+/// The env, built once per test process; each derived function compiles at most once.
+fn breakout() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| Env::load("examples/envs/breakout.pod", "Breakout"))
 }
 
-/// One derived function, compiled for PJRT or (see the module doc) interpreted only.
-struct Compiled {
-    func: Func,
-    exe: Option<Executable>,
+fn fx() -> &'static Value {
+    static FX: OnceLock<Value> = OnceLock::new();
+    FX.get_or_init(|| fixture("breakout"))
 }
 
-impl Compiled {
-    fn new(func: Func) -> Compiled {
-        let mlir = podracer::lower::stablehlo::lower_module(&func, 1);
-        let exe = client().compile(&mlir, 1).unwrap_or_else(|e| panic!("`{}` compiles: {e}", func.name));
-        Compiled { func, exe: Some(exe) }
-    }
-
-    fn interpreted(func: Func) -> Compiled {
-        Compiled { func, exe: None }
-    }
-
-    /// The outputs of the interpreter and of PJRT, each labelled, so that every check
-    /// below runs on both and a failure names the backend.
-    fn run(&self, args: &[Array]) -> Vec<(&'static str, Vec<Array>)> {
-        let mut outs = vec![("interpreter", eval_func(&self.func, args))];
-        if let Some(exe) = &self.exe {
-            let c = client();
-            let bufs: Vec<_> = args.iter().map(|a| c.upload(a, 0).expect("upload")).collect();
-            let refs: Vec<_> = bufs.iter().collect();
-            let dev = exe.execute(&refs).expect("executes").iter().map(|b| b.download().expect("download")).collect();
-            outs.push(("PJRT", dev));
-        }
-        outs
-    }
-}
-
-/// The env's functions, compiled once for the whole test process.
-struct Env {
-    /// The state's fields in declaration order; each is one array leaf.
-    fields: Vec<String>,
-    leaves: Vec<ArrayTy>,
-    time_limit: u64,
-    reset: Compiled,
-    raw_step: Compiled,
-    step: Compiled,
-}
-
-fn env() -> &'static Env {
-    static ENV_FUNCS: OnceLock<Env> = OnceLock::new();
-    ENV_FUNCS.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/envs/breakout.pod");
-        let (prog, diags) = podracer::driver::check_file(&path).expect("breakout.pod is readable");
-        assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-        let f = build_env(&prog, ENV).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])));
-        let Ty::Struct(def, _) = &f.info.state else { panic!("the state is a struct") };
-        let fields: Vec<String> = def.fields.iter().map(|(n, _)| n.clone()).collect();
-        let leaves = f.raw_step.param_types()[..fields.len()].to_vec();
-        assert_eq!(f.info.n_actions, 3, "the minimal action set");
-        Env {
-            fields,
-            leaves,
-            time_limit: f.info.time_limit.expect("Breakout declares a time limit"),
-            reset: Compiled::new(f.reset),
-            raw_step: Compiled::new(f.raw_step),
-            step: Compiled::interpreted(f.step),
-        }
-    })
-}
-
-// ------------------------------------------------------------------ values from JSON
-
-fn key(v: &Value) -> Array {
-    let w: Vec<u32> = v.as_array().expect("a key is two words").iter().map(|x| x.as_u64().unwrap() as u32).collect();
-    Array::new(vec![2], Data::U32(w))
-}
-
-fn scalar_i32(n: i64) -> Array {
-    Array::i32(vec![], vec![n as i32])
-}
-
-fn scalar_f32(v: &Value) -> Array {
-    Array::f32(vec![], vec![v.as_f64().expect("a number") as f32])
-}
-
-fn scalar_bool(b: bool) -> Array {
-    Array::new(vec![], Data::Bool(vec![b]))
+fn list(v: &Value) -> &Vec<Value> {
+    v.as_array().unwrap_or_else(|| panic!("expected a list, found {v}"))
 }
 
 fn flag(v: &Value) -> bool {
-    v.as_bool().expect("a bool")
+    v.as_bool().unwrap_or_else(|| panic!("expected a bool, found {v}"))
 }
 
-/// A fixture state object as the state's leaves, in field order; the fixture's 0/1
-/// bricks become the bools of the `.pod` state.
+fn int(v: &Value) -> i32 {
+    v.as_i64().unwrap_or_else(|| panic!("expected an integer, found {v}")) as i32
+}
+
+/// A gymnax state as our state's leaves: the fixture's 0/1 bricks become bools.
 fn state(env: &Env, v: &Value) -> Vec<Array> {
-    let tys: Vec<Ty> = env
-        .leaves
-        .iter()
-        .map(|t| Ty::Array(t.dtype, t.shape.iter().map(|&d| Dim::Known(d as u64)).collect()))
-        .collect();
     let mut v = v.clone();
-    let rows = v["brick_map"].as_array_mut().expect("brick_map rows");
-    for cell in rows.iter_mut().flat_map(|r| r.as_array_mut().expect("a brick row")) {
-        *cell = Value::Bool(cell.as_i64().expect("a 0/1 brick") != 0);
+    let rows = v["brick_map"].as_array_mut().expect("brick_map is a list of rows");
+    for cell in rows.iter_mut().flat_map(|r| r.as_array_mut().expect("a row of bricks")) {
+        *cell = json!(int(cell) != 0);
     }
-    let vals = Value::Array(env.fields.iter().map(|f| v[f].clone()).collect());
-    podracer::io::args_from_json(&tys, &vals).expect("a fixture state of the state's type")
+    env.state(&v)
 }
 
-/// The fixture's observation: 0/1, flat over `(y, x, channel)`.
+/// gymnax's observation, which the fixture stores as 0/1 flattened over `(y, x, channel)`.
 fn obs(v: &Value) -> Array {
-    let w: Vec<f32> = v.as_array().expect("obs is a list").iter().map(|x| x.as_f64().unwrap() as f32).collect();
-    Array::f32(vec![10, 10, 4], w)
+    let data = list(v).iter().map(|x| x.as_f64().expect("a number") as f32).collect();
+    Array::f32(vec![10, 10, 4], data)
 }
-
-// ------------------------------------------------------------------ comparison
 
 fn same(at: &str, what: &str, got: &Array, want: &Array) {
     assert_eq!(got, want, "{at}: {what} differs (left: ours, right: gymnax)");
 }
 
 fn same_state(env: &Env, at: &str, got: &[Array], want: &[Array]) {
-    for ((f, g), w) in env.fields.iter().zip(got).zip(want) {
+    for (((f, _), g), w) in env.fields.iter().zip(got).zip(want) {
         same(at, &format!("state.{f}"), g, w);
     }
 }
 
-/// The state field `name` of some leaves, as an i32 (for the step count).
-fn field_i32(env: &Env, leaves: &[Array], name: &str) -> i64 {
-    let i = env.fields.iter().position(|f| f == name).expect("a state field");
-    match &leaves[i].data {
-        Data::I32(v) => v[0] as i64,
-        d => panic!("`{name}` is {d:?}"),
-    }
-}
-
-// ------------------------------------------------------------------ tests
-
-/// `reset` from every recorded key.
 #[test]
-fn resets() {
-    let env = env();
-    let nf = env.fields.len();
-    let mut starts = [0; 2];
-    for (n, case) in fixture()["resets"].as_array().expect("resets").iter().enumerate() {
-        for (backend, out) in env.reset.run(&[key(&case["key"])]) {
-            let at = format!("reset {n} (key {}, ball start {}, {backend})", case["key"], case["ball_start"]);
-            same_state(env, &at, &out[..nf], &state(env, &case["state"]));
-            same(&at, "step count", &out[nf], &scalar_i32(0));
-            same(&at, "obs", &out[nf + 1], &obs(&case["obs"]));
+fn resets_match_reset_env() {
+    let env = breakout();
+    let n = env.n_state();
+    let resets = list(&fx()["resets"]);
+    for start in [0, 1] {
+        assert!(resets.iter().any(|r| r["ball_start"] == start), "a key gives ball start {start}");
+    }
+    for r in resets {
+        for (how, out) in env.reset.both(&[key(&r["key"])]) {
+            let at = format!("reset with key {} (ball start {}, {how})", r["key"], r["ball_start"]);
+            same_state(env, &at, &out[..n], &state(env, &r["state"]));
+            same(&at, "t", &out[n], &i32_scalar(0));
+            same(&at, "obs", &out[n + 1], &obs(&r["obs"]));
         }
-        starts[case["ball_start"].as_u64().expect("ball_start") as usize] += 1;
     }
-    assert!(starts.iter().all(|&n| n > 0), "the keys give both ball starts: {starts:?}");
 }
 
-/// Every step of every case, from the fixture's previous state.
 #[test]
-fn step_cases() {
-    let env = env();
-    let nf = env.fields.len();
+fn step_cases_match_step_env() {
+    let env = breakout();
+    let n = env.n_state();
     // gymnax's `step_env` ignores its key; the fixture passed `jax.random.key(0)`.
-    let k = key(&serde_json::json!([0, 0]));
-    let mut steps = 0;
-    for case in fixture()["step_cases"].as_array().expect("step_cases") {
+    let k = key(&json!([0, 0]));
+    let mut checked = 0;
+    for case in list(&fx()["step_cases"]) {
         let name = case["name"].as_str().expect("name");
         let mut prev = state(env, &case["init_state"]);
-        for (t, s) in case["steps"].as_array().expect("steps").iter().enumerate() {
-            let action = scalar_i32(s["action"].as_i64().expect("action"));
-            let want = state(env, &s["state"]);
-            let want_obs = obs(&s["obs"]);
-            let (reward, terminated) = (scalar_f32(&s["reward"]), flag(&s["terminated"]));
-            let mut args = prev.clone();
-            args.extend([action.clone(), k.clone()]);
-            for (backend, out) in env.raw_step.run(&args) {
-                // The generator's events name the rules that fired on this step.
-                let at = format!("{name} step {t} ({backend}; rules: {})", s["events"]);
-                same_state(env, &at, &out[..nf], &want);
-                same(&at, "obs", &out[nf], &want_obs);
-                same(&at, "reward", &out[nf + 1], &reward);
-                same(&at, "terminated", &out[nf + 2], &scalar_bool(terminated));
-                same(&at, "truncated", &out[nf + 3], &scalar_bool(false));
-            }
-            // gymnax's `env.step` truncates at `time >= 1000`, which must be `time_limit`.
-            let time = field_i32(env, &want, "time");
-            assert_eq!(flag(&s["truncated"]), time >= env.time_limit as i64, "{name} step {t}: time limit");
+        let mut time = int(&case["init_state"]["time"]);
+        for (i, st) in list(&case["steps"]).iter().enumerate() {
+            let action = i32_scalar(int(&st["action"]));
+            let want = state(env, &st["state"]);
+            let want_obs = obs(&st["obs"]);
+            let reward = f32_scalar(st["reward"].as_f64().expect("reward") as f32);
+            let (terminated, truncated) = (flag(&st["terminated"]), flag(&st["truncated"]));
 
-            // The derived step, with the step count in sync with `time` as after a reset.
-            let mut args = prev.clone();
-            args.extend([scalar_i32(field_i32(env, &prev, "time")), action, k.clone()]);
-            let done = terminated || flag(&s["truncated"]);
-            for (backend, out) in env.step.run(&args) {
-                let at = format!("{name} step {t} (derived step, {backend})");
-                if !done {
-                    same_state(env, &at, &out[..nf], &want);
-                    same(&at, "step count", &out[nf], &scalar_i32(time));
-                    same(&at, "obs", &out[nf + 1], &want_obs);
-                }
-                same(&at, "reward", &out[nf + 2], &reward);
-                same(&at, "terminated", &out[nf + 3], &scalar_bool(terminated));
-                same(&at, "truncated", &out[nf + 4], &scalar_bool(flag(&s["truncated"])));
-                same(&at, "final obs", &out[nf + 5], &want_obs);
+            // The env's own step: no time limit, no reset.
+            let args = [prev.clone(), vec![action.clone(), k.clone()]].concat();
+            for (how, out) in env.raw_step.both(&args) {
+                // The generator's events name the rules that fired on this step.
+                let at = format!("case {name}, step {i}, raw_step ({how}; rules {})", st["events"]);
+                same_state(env, &at, &out[..n], &want);
+                same(&at, "obs", &out[n], &want_obs);
+                same(&at, "reward", &out[n + 1], &reward);
+                same(&at, "terminated", &out[n + 2], &bool_scalar(terminated));
+                same(&at, "truncated (the env itself never truncates)", &out[n + 3], &bool_scalar(false));
             }
+
+            // The auto-resetting step from the same state, its counter at gymnax's `time`:
+            // `truncated` now includes the time limit. On a done step the returned state
+            // is a fresh reset's (checked by the rollout test).
+            let args = [prev, vec![i32_scalar(time), action, k.clone()]].concat();
+            let out = env.step.host(&args);
+            let at = format!("case {name}, step {i}, auto-reset step (interpreter)");
+            same(&at, "reward", &out[n + 2], &reward);
+            same(&at, "terminated", &out[n + 3], &bool_scalar(terminated));
+            same(&at, "truncated", &out[n + 4], &bool_scalar(truncated));
+            same(&at, "final obs", &out[n + 5], &want_obs);
+            if !(terminated || truncated) {
+                same_state(env, &at, &out[..n], &want);
+                same(&at, "t", &out[n], &i32_scalar(int(&st["state"]["time"])));
+                same(&at, "obs", &out[n + 1], &want_obs);
+            }
+
             prev = want;
-            steps += 1;
+            time = int(&st["state"]["time"]);
+            checked += 1;
         }
     }
-    assert_eq!(steps, 146, "every step case ran");
+    assert_eq!(checked, 146, "steps checked");
 }
 
-/// gymnax's auto-resetting `env.step`, against the derived step.
 #[test]
-fn autoreset_rollout() {
-    let env = env();
-    let nf = env.fields.len();
-    for case in fixture()["autoreset_rollouts"].as_array().expect("autoreset_rollouts") {
-        let name = case["name"].as_str().expect("name");
-        let mut prev = state(env, &case["init_state"]);
-        // The rollout starts from `reset(reset_key)`.
-        for (backend, out) in env.reset.run(&[key(&case["reset_key"])]) {
-            same_state(env, &format!("{name} first reset ({backend})"), &out[..nf], &prev);
-        }
-        let mut t_prev = field_i32(env, &prev, "time");
-        let mut dones = 0;
-        for (t, s) in case["steps"].as_array().expect("steps").iter().enumerate() {
-            let mut args = prev.clone();
-            args.push(scalar_i32(t_prev));
-            args.push(scalar_i32(s["action"].as_i64().expect("action")));
-            args.push(key(&s["key"]));
-            let want = state(env, &s["state"]);
-            let want_t = field_i32(env, &want, "time");
-            let done = flag(&s["terminated"]) || flag(&s["truncated"]);
+fn autoreset_rollout_matches_env_step() {
+    let env = breakout();
+    let n = env.n_state();
+    let rollouts = list(&fx()["autoreset_rollouts"]);
+    assert!(!rollouts.is_empty());
+    for ro in rollouts {
+        let name = ro["name"].as_str().expect("name");
+        let out = env.reset.host(&[key(&ro["reset_key"])]);
+        same_state(env, &format!("{name}: reset (interpreter)"), &out[..n], &state(env, &ro["init_state"]));
+        let mut carry = out[..=n].to_vec();
+        let mut starts = vec![];
+        for (i, st) in list(&ro["steps"]).iter().enumerate() {
+            let at = format!("{name}, step {i} (interpreter)");
+            // The key given to gymnax's `env.step`, which our step splits into the step
+            // and reset halves as gymnax does (`key_step_env`, `key_reset`).
+            let args = [carry, vec![i32_scalar(int(&st["action"])), key(&st["key"])]].concat();
+            let out = env.step.host(&args);
+            let done = flag(&st["terminated"]) || flag(&st["truncated"]);
+            same_state(env, &at, &out[..n], &state(env, &st["state"]));
+            same(&at, "t", &out[n], &i32_scalar(int(&st["state"]["time"])));
+            same(&at, "obs", &out[n + 1], &obs(&st["obs"]));
+            same(&at, "reward", &out[n + 2], &f32_scalar(st["reward"].as_f64().expect("reward") as f32));
+            same(&at, "terminated", &out[n + 3], &bool_scalar(flag(&st["terminated"])));
+            same(&at, "truncated", &out[n + 4], &bool_scalar(flag(&st["truncated"])));
             // The final observation is the ended episode's; otherwise the step's own.
-            let final_obs = if done { obs(&s["final_obs"]) } else { obs(&s["obs"]) };
-            for (backend, out) in env.step.run(&args) {
-                let at = format!("{name} step {t} ({backend})");
-                same_state(env, &at, &out[..nf], &want);
-                same(&at, "step count", &out[nf], &scalar_i32(want_t));
-                same(&at, "obs", &out[nf + 1], &obs(&s["obs"]));
-                same(&at, "reward", &out[nf + 2], &scalar_f32(&s["reward"]));
-                same(&at, "terminated", &out[nf + 3], &scalar_bool(flag(&s["terminated"])));
-                same(&at, "truncated", &out[nf + 4], &scalar_bool(flag(&s["truncated"])));
-                same(&at, "final obs", &out[nf + 5], &final_obs);
+            let final_obs = if done { &st["final_obs"] } else { &st["obs"] };
+            same(&at, "final obs", &out[n + 5], &obs(final_obs));
+            // Closed loop: our own state and counter go into the next step.
+            carry = out[..=n].to_vec();
+            if done {
+                starts.push(int(&st["reset_ball_start"]));
             }
-            dones += usize::from(done);
-            (prev, t_prev) = (want, want_t);
         }
-        assert!(dones > 0, "{name}: the rollout ends an episode, so the reset branch is checked");
+        starts.sort();
+        starts.dedup();
+        assert_eq!(starts, [0, 1], "{name}: the rollout resets into both ball starts");
     }
 }

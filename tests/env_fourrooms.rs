@@ -1,312 +1,228 @@
-//! `examples/envs/fourrooms.pod` against gymnax's `FourRooms-misc`, step by step, using
-//! `tests/fixtures/envs/fourrooms.json` (see `docs/environments.md` for the dynamics).
-//! Everything is compared exactly:
+//! FourRooms (`examples/envs/fourrooms.pod`) against gymnax's `FourRooms-misc`, step by
+//! step, using `tests/fixtures/envs/fourrooms.json` (`docs/environments.md` describes the
+//! dynamics). Everything is compared **exactly**:
 //!
 //! - the map, the open cells and the direction table (the `.pod` file's consts) with the
 //!   fixture's constants;
 //! - `reset` from every recorded key, through the interpreter and PJRT: state, step count
-//!   and observation. With the default params the draws are discarded, so `reset` is also
+//!   and observation. The default params discard reset's two draws, so `reset` is also
 //!   built with both `RESAMPLE_*` consts set and checked against the fixture's resampling
-//!   resets (including a drawn position that lands on the goal): that checks its key usage;
+//!   resets (one of whose drawn positions lands on the goal): that checks its key usage;
 //! - every step of every `step_cases` sequence through the env's own step (`raw_step`),
 //!   through the interpreter and PJRT, each from the fixture's previous state with the
-//!   recorded key, so the slip draw (split, uniform threshold, randint) must match too:
-//!   state, observation, reward and `terminated`. The env never truncates by itself; the
-//!   fixture's `truncated` must be exactly what the declared `time_limit` gives;
-//! - the auto-reset rollout through the derived auto-resetting step, fed the key that
-//!   gymnax's `env.step` got (it must split it as gymnax does), with the step count set to
-//!   the state's `time`: state, step count, observation, reward, `terminated`, `truncated`
-//!   and the final observation.
+//!   recorded key, so the slip (split, uniform threshold, randint) must match too: state,
+//!   observation, reward and `terminated`, and `truncated` is false (the env never
+//!   truncates by itself). The same steps through the auto-resetting step, its counter at
+//!   gymnax's `time`, must give gymnax's `truncated` (case `truncation` reaches the
+//!   500-step limit); its other outputs differ there, as it splits the key first;
+//! - the auto-reset rollout, closed loop from its initial state through the auto-resetting
+//!   step fed the keys that gymnax's `env.step` got (it must split them as gymnax does):
+//!   state, counter, observation, reward, `terminated`, `truncated` and final observation.
 //!
-//! `reset` and `raw_step` are compiled once per test process. The derived step and the
-//! resampling `reset` run in the interpreter only: on this 2-core machine XLA takes about
-//! 2.5 s to compile the derived step and 1 s the resampling reset (their threefry hashes
-//! are written out op by op), against 0.5 s for `raw_step`, while every operation in them
-//! (the splits and draws, the env's step, reset and observe) is already run on PJRT by
-//! the other checks.
+//! `reset` and `raw_step` compile once per test process. The auto-resetting step and the
+//! resampling `reset` run in the interpreter only: their threefry hashes, written out op
+//! by op, make XLA slow to compile them on a 2-core machine (the step: about 1.1 s idle
+//! and 2.5 s or more under load, against 0.25 s for `raw_step`), while everything they
+//! are made of (the splits and draws, the env's step, reset and observe) runs on PJRT in
+//! the other checks, and `tests/env_catch.rs` runs the auto-reset derivation on PJRT.
 
 mod common;
 
-use common::client;
-use podracer::array::{Array, ArrayTy, DType, Data};
-use podracer::elab::env::{EnvFuncs, build_env};
-use podracer::ir::Func;
+use common::env::{Env, bool_scalar, f32_scalar, fixture, i32_scalar, key};
+use podracer::array::{Array, DType};
+use podracer::diag::render_plain;
+use podracer::elab::env::build_env;
 use podracer::ir::eval::eval_func;
-use podracer::runtime::Executable;
+use podracer::resolve::Program;
 use podracer::types::{Dim, Ty};
-use serde_json::Value;
-use std::path::{Path, PathBuf};
+use serde_json::{Value, json};
+use std::path::Path;
 use std::sync::OnceLock;
 
-const ENV: &str = "FourRooms";
+const FILE: &str = "examples/envs/fourrooms.pod";
 
-fn pod_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/envs/fourrooms.pod")
+/// The env, built once per test process; each derived function compiles at most once.
+fn rooms() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| Env::load(FILE, "FourRooms"))
 }
 
-fn fixture() -> &'static Value {
-    static DOC: OnceLock<Value> = OnceLock::new();
-    DOC.get_or_init(|| {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/envs/fourrooms.json");
-        serde_json::from_str(&std::fs::read_to_string(path).expect("fixture is readable")).expect("fixture is JSON")
-    })
+fn fx() -> &'static Value {
+    static FX: OnceLock<Value> = OnceLock::new();
+    FX.get_or_init(|| fixture("fourrooms"))
 }
 
-/// One derived function, compiled for PJRT or (see the module doc) interpreted only.
-struct Compiled {
-    func: Func,
-    exe: Option<Executable>,
-}
-
-impl Compiled {
-    fn new(func: Func) -> Compiled {
-        let mlir = podracer::lower::stablehlo::lower_module(&func, 1);
-        let exe = client().compile(&mlir, 1).unwrap_or_else(|e| panic!("`{}` compiles: {e}", func.name));
-        Compiled { func, exe: Some(exe) }
-    }
-
-    fn interpreted(func: Func) -> Compiled {
-        Compiled { func, exe: None }
-    }
-
-    /// The outputs of the interpreter and of PJRT, each labelled, so that every check
-    /// below runs on both and a failure names the backend.
-    fn run(&self, args: &[Array]) -> Vec<(&'static str, Vec<Array>)> {
-        let mut outs = vec![("interpreter", eval_func(&self.func, args))];
-        if let Some(exe) = &self.exe {
-            let c = client();
-            let bufs: Vec<_> = args.iter().map(|a| c.upload(a, 0).expect("upload")).collect();
-            let refs: Vec<_> = bufs.iter().collect();
-            let dev = exe.execute(&refs).expect("executes").iter().map(|b| b.download().expect("download")).collect();
-            outs.push(("PJRT", dev));
-        }
-        outs
-    }
-}
-
-/// The env's functions, compiled once for the whole test process.
-struct Env {
-    /// The state's fields in declaration order; each is one array leaf.
-    fields: Vec<String>,
-    leaves: Vec<ArrayTy>,
-    time_limit: u64,
-    reset: Compiled,
-    raw_step: Compiled,
-    step: Compiled,
-}
-
-/// Checks `src` and derives the env's functions, failing with the rendered diagnostics.
-fn derive(src: &str) -> EnvFuncs {
-    let dir = pod_path().parent().map(Path::to_path_buf);
-    let (prog, diags) = podracer::driver::check_source("fourrooms.pod", src, dir.as_deref());
-    assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    build_env(&prog, ENV).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
-}
-
-fn source() -> String {
-    std::fs::read_to_string(pod_path()).expect("fourrooms.pod is readable")
-}
-
-fn env() -> &'static Env {
-    static ENV_FUNCS: OnceLock<Env> = OnceLock::new();
-    ENV_FUNCS.get_or_init(|| {
-        let f = derive(&source());
-        let Ty::Struct(def, _) = &f.info.state else { panic!("the state is a struct") };
-        let fields: Vec<String> = def.fields.iter().map(|(n, _)| n.clone()).collect();
-        let leaves = f.raw_step.param_types()[..fields.len()].to_vec();
-        assert_eq!(f.info.n_actions, 4);
-        Env {
-            fields,
-            leaves,
-            time_limit: f.info.time_limit.expect("FourRooms declares a time limit"),
-            reset: Compiled::new(f.reset),
-            raw_step: Compiled::new(f.raw_step),
-            step: Compiled::interpreted(f.step),
-        }
-    })
-}
-
-// ------------------------------------------------------------------ values from JSON
-
-fn key(v: &Value) -> Array {
-    let w: Vec<u32> = v.as_array().expect("a key is two words").iter().map(|x| x.as_u64().unwrap() as u32).collect();
-    Array::new(vec![2], Data::U32(w))
-}
-
-fn scalar_i32(n: i64) -> Array {
-    Array::i32(vec![], vec![n as i32])
-}
-
-fn scalar_f32(v: &Value) -> Array {
-    Array::f32(vec![], vec![v.as_f64().expect("a number") as f32])
-}
-
-fn scalar_bool(b: bool) -> Array {
-    Array::new(vec![], Data::Bool(vec![b]))
+fn list(v: &Value) -> &Vec<Value> {
+    v.as_array().unwrap_or_else(|| panic!("expected a list, found {v}"))
 }
 
 fn flag(v: &Value) -> bool {
-    v.as_bool().expect("a bool")
+    v.as_bool().unwrap_or_else(|| panic!("expected a bool, found {v}"))
 }
 
-/// A fixture state object as the state's leaves, in field order.
-fn state(env: &Env, v: &Value) -> Vec<Array> {
-    let tys: Vec<Ty> = env
-        .leaves
-        .iter()
-        .map(|t| Ty::Array(t.dtype, t.shape.iter().map(|&d| Dim::Known(d as u64)).collect()))
-        .collect();
-    let vals = Value::Array(env.fields.iter().map(|f| v[f].clone()).collect());
-    podracer::io::args_from_json(&tys, &vals).expect("a fixture state of the state's type")
+fn int(v: &Value) -> i32 {
+    v.as_i64().unwrap_or_else(|| panic!("expected an integer, found {v}")) as i32
 }
 
-/// `[pos_row, pos_col, goal_row, goal_col]`.
+fn source() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(FILE)).expect("fourrooms.pod is readable")
+}
+
+/// Checks a variant of the file, failing with the rendered diagnostics.
+fn check(src: &str) -> Program {
+    let (prog, diags) = podracer::driver::check_source("fourrooms.pod", src, None);
+    assert!(diags.is_empty(), "{}", render_plain(&prog.map, &diags));
+    prog
+}
+
+/// An array of a JSON value of the given surface type (`i32[4]`, `i32[13, 13]`, ...).
+fn i32s(v: &Value, dims: &[u64]) -> Array {
+    let ty = Ty::Array(DType::I32, dims.iter().map(|&d| Dim::Known(d)).collect());
+    podracer::io::args_from_json(&[ty], &json!([v])).expect("fixture data of the expected type").remove(0)
+}
+
+/// `[pos_row, pos_col, goal_row, goal_col]`, as int32.
 fn obs(v: &Value) -> Array {
-    let w: Vec<i32> = v.as_array().expect("obs is a list").iter().map(|x| x.as_i64().unwrap() as i32).collect();
-    Array::i32(vec![4], w)
+    i32s(v, &[4])
 }
-
-// ------------------------------------------------------------------ comparison
 
 fn same(at: &str, what: &str, got: &Array, want: &Array) {
     assert_eq!(got, want, "{at}: {what} differs (left: ours, right: gymnax)");
 }
 
 fn same_state(env: &Env, at: &str, got: &[Array], want: &[Array]) {
-    for ((f, g), w) in env.fields.iter().zip(got).zip(want) {
+    for (((f, _), g), w) in env.fields.iter().zip(got).zip(want) {
         same(at, &format!("state.{f}"), g, w);
     }
 }
 
-// ------------------------------------------------------------------ tests
-
-/// The map and the open cells the env uses are gymnax's: read the consts through a
-/// small entry point appended to the file (interpreted: it is all constants).
+/// The map, the open cells and the directions are gymnax's: the consts are read through
+/// an entry point appended to the file (interpreted: they are constants).
 #[test]
-fn constants() {
+fn constants_match_gymnax() {
     let src = source() + "\nfn main() -> (i32[13, 13], i32[104, 2], i32[4, 2]) { (WALLS, COORDS, DIRECTIONS) }\n";
-    let (prog, diags) = podracer::driver::check_source("fourrooms.pod", &src, None);
-    assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    let e = podracer::driver::build(&prog, "main").expect("builds");
+    let e = podracer::driver::build(&check(&src), "main").expect("builds");
     let outs = podracer::driver::eval(&e, &[]);
-    let c = &fixture()["constants"];
-    let tys = [
-        Ty::Array(DType::I32, vec![Dim::Known(13), Dim::Known(13)]),
-        Ty::Array(DType::I32, vec![Dim::Known(104), Dim::Known(2)]),
-        Ty::Array(DType::I32, vec![Dim::Known(4), Dim::Known(2)]),
-    ];
-    let want_json = Value::Array(vec![c["walls"].clone(), c["open_cells"].clone(), c["directions"].clone()]);
-    let want = podracer::io::args_from_json(&tys, &want_json).expect("fixture constants");
-    for ((name, got), want) in ["walls", "open cells", "directions"].iter().zip(&outs).zip(&want) {
-        same("constants", name, got, want);
-    }
-}
-
-fn check_resets(reset: &Compiled, env: &Env, cases: &Value, what: &str) {
-    for (n, case) in cases.as_array().expect("resets").iter().enumerate() {
-        let k = key(&case["key"]);
-        for (backend, out) in reset.run(std::slice::from_ref(&k)) {
-            let at = format!("{what} {n} (key {}, {backend})", case["key"]);
-            let nf = env.fields.len();
-            same_state(env, &at, &out[..nf], &state(env, &case["state"]));
-            same(&at, "step count", &out[nf], &scalar_i32(0));
-            same(&at, "obs", &out[nf + 1], &obs(&case["obs"]));
-        }
-    }
+    let c = &fx()["constants"];
+    same("constants", "walls", &outs[0], &i32s(&c["walls"], &[13, 13]));
+    same("constants", "open cells", &outs[1], &i32s(&c["open_cells"], &[104, 2]));
+    same("constants", "directions", &outs[2], &i32s(&c["directions"], &[4, 2]));
 }
 
 /// With the default params every reset is `pos = [4, 1]`, `goal = [8, 9]`.
 #[test]
-fn resets_default() {
-    let env = env();
-    check_resets(&env.reset, env, &fixture()["resets_default"], "resets_default");
+fn resets_match_reset_env() {
+    let env = rooms();
+    let n = env.n_state();
+    let resets = list(&fx()["resets_default"]);
+    assert!(!resets.is_empty());
+    for r in resets {
+        for (how, out) in env.reset.both(&[key(&r["key"])]) {
+            let at = format!("reset with key {} ({how})", r["key"]);
+            same_state(env, &at, &out[..n], &env.state(&r["state"]));
+            same(&at, "t", &out[n], &i32_scalar(0));
+            same(&at, "obs", &out[n + 1], &obs(&r["obs"]));
+        }
+    }
 }
 
-/// With resampling on, the draws decide: this checks the key usage of `reset`.
+/// With resampling on, reset's draws decide the state: this checks its key usage.
 #[test]
-fn resets_resample() {
-    let env = env();
+fn resampling_resets_match_reset_env() {
+    let env = rooms();
+    let n = env.n_state();
     let mut src = source();
     for flag in ["RESAMPLE_INIT_POS", "RESAMPLE_GOAL_POS"] {
         let (off, on) = (format!("const {flag}: bool = false;"), format!("const {flag}: bool = true;"));
         assert!(src.contains(&off), "fourrooms.pod declares `{off}`");
         src = src.replace(&off, &on);
     }
-    let reset = Compiled::interpreted(derive(&src).reset);
-    check_resets(&reset, env, &fixture()["resets_resample"], "resets_resample");
+    let prog = check(&src);
+    let f = build_env(&prog, "FourRooms").unwrap_or_else(|d| panic!("{}", render_plain(&prog.map, &[*d])));
+    let resets = list(&fx()["resets_resample"]);
+    assert!(resets.iter().any(|r| r["pos_index"] != r["pos_index_drawn"]), "a drawn position lands on the goal");
+    for r in resets {
+        let out = eval_func(&f.reset, &[key(&r["key"])]);
+        let at = format!("resampling reset with key {} (interpreter)", r["key"]);
+        same_state(env, &at, &out[..n], &env.state(&r["state"]));
+        same(&at, "obs", &out[n + 1], &obs(&r["obs"]));
+    }
 }
 
-/// Every step of every case, from the fixture's previous state with the recorded key.
 #[test]
-fn step_cases() {
-    let env = env();
-    let nf = env.fields.len();
-    let mut steps = 0;
-    for case in fixture()["step_cases"].as_array().expect("step_cases") {
+fn step_cases_match_step_env() {
+    let env = rooms();
+    let n = env.n_state();
+    let mut checked = 0;
+    for case in list(&fx()["step_cases"]) {
         let name = case["name"].as_str().expect("name");
-        let mut prev = state(env, &case["init_state"]);
-        for (t, s) in case["steps"].as_array().expect("steps").iter().enumerate() {
-            let mut args = prev.clone();
-            args.push(scalar_i32(s["action"].as_i64().expect("action")));
-            args.push(key(&s["key"]));
-            let want = state(env, &s["state"]);
-            for (backend, out) in env.raw_step.run(&args) {
-                // The fixture's intermediates say which part of the slip went wrong.
+        let mut state = env.state(&case["init_state"]);
+        let mut time = int(&case["init_state"]["time"]);
+        for (i, st) in list(&case["steps"]).iter().enumerate() {
+            let (action, k) = (i32_scalar(int(&st["action"])), key(&st["key"]));
+            let want = env.state(&st["state"]);
+
+            // The env's own step: no time limit, no reset.
+            let args = [state.clone(), vec![action.clone(), k.clone()]].concat();
+            for (how, out) in env.raw_step.both(&args) {
+                // gymnax's intermediates say which part of the slip went wrong, if any.
                 let at = format!(
-                    "{name} step {t} ({backend}; gymnax: uniform {}, choose_random {}, random_action {}, effective_action {})",
-                    s["uniform"], s["choose_random"], s["random_action"], s["effective_action"]
+                    "case {name}, step {i}, raw_step ({how}; gymnax: uniform {}, choose_random {}, \
+                     random_action {}, effective_action {})",
+                    st["uniform"], st["choose_random"], st["random_action"], st["effective_action"]
                 );
-                same_state(env, &at, &out[..nf], &want);
-                same(&at, "obs", &out[nf], &obs(&s["obs"]));
-                same(&at, "reward", &out[nf + 1], &scalar_f32(&s["reward"]));
-                same(&at, "terminated", &out[nf + 2], &scalar_bool(flag(&s["terminated"])));
-                // gymnax's `step_env` never truncates; `env.step` does, at `time >= 500`,
-                // which is the env's `time_limit` (the derived step counts from reset, as
-                // `time` does).
-                same(&at, "truncated", &out[nf + 3], &scalar_bool(false));
+                same_state(env, &at, &out[..n], &want);
+                same(&at, "obs", &out[n], &obs(&st["obs"]));
+                same(&at, "reward", &out[n + 1], &f32_scalar(st["reward"].as_f64().expect("reward") as f32));
+                same(&at, "terminated", &out[n + 2], &bool_scalar(flag(&st["terminated"])));
+                same(&at, "truncated (the env itself never truncates)", &out[n + 3], &bool_scalar(false));
             }
-            let time = s["state"]["time"].as_u64().expect("time");
-            assert_eq!(flag(&s["truncated"]), time >= env.time_limit, "{name} step {t}: time limit");
-            prev = want;
-            steps += 1;
+
+            // The auto-resetting step, its counter at gymnax's `time`: its `truncated` is
+            // gymnax's `env.step`'s (`time >= 500`), whatever the key does to the move.
+            let args = [state, vec![i32_scalar(time), action, k]].concat();
+            let out = env.step.host(&args);
+            let at = format!("case {name}, step {i}, auto-reset step (interpreter)");
+            same(&at, "truncated", &out[n + 4], &bool_scalar(flag(&st["truncated"])));
+
+            state = want;
+            time = int(&st["state"]["time"]);
+            checked += 1;
         }
     }
-    assert_eq!(steps, 98, "every step case ran");
+    assert_eq!(checked, 56 + 12 + 10 + 14 + 1 + 5, "steps checked");
 }
 
-/// gymnax's auto-resetting `env.step`, against the derived step.
 #[test]
-fn autoreset_rollout() {
-    let env = env();
-    let nf = env.fields.len();
-    for case in fixture()["autoreset_rollouts"].as_array().expect("autoreset_rollouts") {
-        let name = case["name"].as_str().expect("name");
-        let mut prev = state(env, &case["init_state"]);
-        let mut t_prev = case["init_state"]["time"].as_i64().expect("time");
-        let mut dones = 0;
-        for (t, s) in case["steps"].as_array().expect("steps").iter().enumerate() {
-            let mut args = prev.clone();
-            args.push(scalar_i32(t_prev));
-            args.push(scalar_i32(s["action"].as_i64().expect("action")));
-            args.push(key(&s["key"]));
-            let want = state(env, &s["state"]);
-            let want_t = s["state"]["time"].as_i64().expect("time");
-            let done = flag(&s["terminated"]) || flag(&s["truncated"]);
+fn autoreset_rollout_matches_env_step() {
+    let env = rooms();
+    let n = env.n_state();
+    let rollouts = list(&fx()["autoreset_rollouts"]);
+    assert!(!rollouts.is_empty());
+    for ro in rollouts {
+        let name = ro["name"].as_str().expect("name");
+        let mut carry = [env.state(&ro["init_state"]), vec![i32_scalar(int(&ro["init_state"]["time"]))]].concat();
+        let mut episodes = 0;
+        for (i, st) in list(&ro["steps"]).iter().enumerate() {
+            let at = format!("{name}, step {i} (interpreter)");
+            // The key given to gymnax's `env.step`, which our step splits into the step
+            // and reset halves as gymnax does (`key_step_env`, `key_reset`).
+            let args = [carry, vec![i32_scalar(int(&st["action"])), key(&st["key"])]].concat();
+            let out = env.step.host(&args);
+            let done = flag(&st["terminated"]) || flag(&st["truncated"]);
+            same_state(env, &at, &out[..n], &env.state(&st["state"]));
+            same(&at, "t", &out[n], &i32_scalar(int(&st["state"]["time"])));
+            same(&at, "obs", &out[n + 1], &obs(&st["obs"]));
+            same(&at, "reward", &out[n + 2], &f32_scalar(st["reward"].as_f64().expect("reward") as f32));
+            same(&at, "terminated", &out[n + 3], &bool_scalar(flag(&st["terminated"])));
+            same(&at, "truncated", &out[n + 4], &bool_scalar(flag(&st["truncated"])));
             // The final observation is the ended episode's; otherwise the step's own.
-            let final_obs = if done { obs(&s["final_obs"]) } else { obs(&s["obs"]) };
-            for (backend, out) in env.step.run(&args) {
-                let at = format!("{name} step {t} ({backend})");
-                same_state(env, &at, &out[..nf], &want);
-                same(&at, "step count", &out[nf], &scalar_i32(want_t));
-                same(&at, "obs", &out[nf + 1], &obs(&s["obs"]));
-                same(&at, "reward", &out[nf + 2], &scalar_f32(&s["reward"]));
-                same(&at, "terminated", &out[nf + 3], &scalar_bool(flag(&s["terminated"])));
-                same(&at, "truncated", &out[nf + 4], &scalar_bool(flag(&s["truncated"])));
-                same(&at, "final obs", &out[nf + 5], &final_obs);
-            }
-            dones += usize::from(done);
-            (prev, t_prev) = (want, want_t);
+            let final_obs = if done { &st["final_obs"] } else { &st["obs"] };
+            same(&at, "final obs", &out[n + 5], &obs(final_obs));
+            // Closed loop: our own state and counter go into the next step.
+            carry = out[..=n].to_vec();
+            episodes += usize::from(done);
         }
-        assert!(dones > 0, "{name}: the rollout ends an episode, so the reset branch is checked");
+        assert!(episodes > 0, "{name}: the rollout ends an episode, so the reset branch is checked");
     }
 }
