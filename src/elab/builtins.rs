@@ -585,6 +585,26 @@ impl Elab<'_> {
         let mut args = vec![&x, &upd];
         args.extend(starts.iter());
         let out = self.apply(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &args);
+        // As in JAX, an update at an index out of range is dropped (reads clamp instead).
+        let mut in_range: Option<Val> = None;
+        for (k, i) in starts.iter().take(idx.len()).enumerate() {
+            let zero = self.known_val(Array::i32(vec![], vec![0]), Ty::scalar(DType::I32), false);
+            let n = self.known_val(Array::i32(vec![], vec![shape[k] as i32]), Ty::scalar(DType::I32), false);
+            let lo = self.apply(Prim::Compare(Compare { op: CmpOp::Ge }), &[i, &zero]);
+            let hi = self.apply(Prim::Compare(Compare { op: CmpOp::Lt }), &[i, &n]);
+            let ok = self.apply(Prim::Binary(Binary { op: BinaryOp::And }), &[&lo, &hi]);
+            in_range = Some(match in_range {
+                Some(acc) => self.apply(Prim::Binary(Binary { op: BinaryOp::And }), &[&acc, &ok]),
+                None => ok,
+            });
+        }
+        let out = match in_range {
+            Some(ok) => {
+                let ok = self.broadcast_to(&ok, &dims);
+                self.apply(Prim::Select(Select), &[&ok, &out, &x])
+            }
+            None => out,
+        };
         Val { ty: x.ty.clone(), ..out }
     }
 }

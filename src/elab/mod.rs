@@ -63,11 +63,10 @@ pub fn check(prog: &Program) -> Vec<Diag> {
         for (index, item) in module.ast.items.iter().enumerate() {
             let r = ItemRef { module: m, index };
             cx.module = m;
+            // Calls are recorded against the function or env whose body makes them.
+            cx.current = matches!(item, ast::Item::Fn(_) | ast::Item::Env(_)).then_some(r);
             match item {
-                ast::Item::Fn(f) => {
-                    cx.current = Some(r);
-                    cx.check_fn(f);
-                }
+                ast::Item::Fn(f) => cx.check_fn(f),
                 ast::Item::Struct(s) => {
                     cx.struct_def(r, s);
                 }
@@ -81,6 +80,10 @@ pub fn check(prog: &Program) -> Vec<Diag> {
         }
     }
     cx.report_recursion();
+    // A signature is resolved wherever it is used (an env's functions are checked, then
+    // matched against the interface), so the same error can come twice: report it once.
+    let mut seen = std::collections::HashSet::new();
+    cx.diags.retain(|d| seen.insert((d.code, d.primary.0, d.message.clone())));
     cx.diags
 }
 
@@ -329,7 +332,11 @@ impl<'p> Elab<'p> {
                 }
                 if let (None, STEP, [ast::DimExpr::Name(state)]) = (item, name.name.as_str(), &args[..]) {
                     let span = state.span;
-                    let state = self.resolve_ty(&ast::Type { kind: ast::TypeKind::Named { name: state.clone(), args: vec![] }, span });
+                    let kind = match DType::from_name(&state.name) {
+                        Some(_) => ast::TypeKind::Array { dtype: state.clone(), dims: vec![] },
+                        None => ast::TypeKind::Named { name: state.clone(), args: vec![] },
+                    };
+                    let state = self.resolve_ty(&ast::Type { kind, span });
                     return if state.is_error() { state } else { Ty::Struct(self.step_def(state), vec![]) };
                 }
                 let Some(r) = item.filter(|r| matches!(self.prog.item(*r), ast::Item::Struct(_))) else {
