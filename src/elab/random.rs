@@ -165,20 +165,22 @@ impl Elab<'_> {
             _ => return Val::of(ty, vec![]),
         };
         let (k0, k1) = self.key_words(&k);
+        if matches!(ty, Ty::Tuple(_)) {
+            // Each key of a pair is hashed on its own, so that when only one of them is
+            // used (an env whose `step` ignores its key) the other is dead code.
+            let mut vars = vec![];
+            for i in 0..2 {
+                let (hi, lo) = (self.u32c(0), self.u32c(i));
+                let (y0, y1) = self.threefry(&k0, &k1, hi, lo);
+                vars.extend(self.pair(&y0, &y1).vars);
+            }
+            return Val::of(ty, vars);
+        }
         let (x0, x1) = self.counters(&[count], k.known.is_some());
         let (y0, y1) = self.threefry(&k0, &k1, x0, x1);
         let column = Prim::Reshape(Reshape { shape: vec![count, 1] });
         let (c0, c1) = (self.apply(column.clone(), &[&y0]), self.apply(column, &[&y1]));
-        let keys = self.apply(Prim::Concat(Concat { axis: 1 }), &[&c0, &c1]);
-        if matches!(ty, Ty::Array(..)) {
-            return keys;
-        }
-        let mut vars = vec![];
-        for i in 0..2 {
-            let row = self.apply(Prim::Slice(Slice { start: vec![i, 0], limit: vec![i + 1, 2] }), &[&keys]);
-            vars.extend(self.apply(Prim::Reshape(Reshape { shape: vec![2] }), &[&row]).vars);
-        }
-        Val::of(ty, vars)
+        self.apply(Prim::Concat(Concat { axis: 1 }), &[&c0, &c1])
     }
 
     /// `fold_in(k, data)`: `jax.random.fold_in` (`_threefry_fold_in`): both words of the
