@@ -995,6 +995,11 @@ impl<'p> Elab<'p> {
             });
         }
         let weak = t.weak && f.weak;
+        // A condition known at compile time picks its branch; the other becomes dead code.
+        if let Some(crate::array::Data::Bool(b)) = c.known.as_ref().map(|a| &a.data) {
+            let chosen = if b[0] { t } else { f };
+            return Val { ty: chosen.ty.clone(), weak, ..chosen };
+        }
         // Both branches are pure and already evaluated: choose between them, leaf by leaf.
         let vars = match self.b.as_mut() {
             Some(b) => {
