@@ -15,18 +15,18 @@
 //!
 //! Both branches of the reset are computed and selected, which is what batching needs.
 
-use super::{Elab, Val};
 use super::ops::array_ty;
+use super::{Elab, Val};
 use crate::array::{Array, ArrayTy, DType};
-use crate::ir::Var;
-use crate::transform::vmap::vmap;
 use crate::diag::Diag;
 use crate::ir::Func;
+use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::prims::{Binary, BinaryOp, CmpOp, Compare, Prim};
 use crate::resolve::{ItemRef, Program};
 use crate::syntax::ast::{self, EnvSpec, ExprKind};
 use crate::syntax::span::Span;
+use crate::transform::vmap::vmap;
 use crate::types::error::TypeError;
 use crate::types::{Dim, Ty};
 use std::collections::HashMap;
@@ -83,7 +83,9 @@ impl Elab<'_> {
                     [d] => match self.resolve_dim(d) {
                         Some(Dim::Known(n)) if n > 0 => n_actions = Some(n),
                         Some(_) => {
-                            self.err(TypeError::EnvMember { detail: "`discrete(n)` needs n ≥ 1".into(), span: *span });
+                            self.err(TypeError::EnvMember {
+                                detail: "`discrete(n)` needs n ≥ 1".into(), span: *span
+                            });
                         }
                         None => {}
                     },
@@ -126,10 +128,14 @@ impl Elab<'_> {
             self.check_fn(f);
             fns.insert(&f.name.name, f);
         }
-        let missing: Vec<&str> =
-            ["observation", "action"].into_iter().filter(|m| !seen.contains_key(m)).collect();
+        let missing: Vec<&str> = ["observation", "action"].into_iter().filter(|m| !seen.contains_key(m)).collect();
         for m in &missing {
-            self.err(TypeError::EnvMissing { env: e.name.name.clone(), what: format!("`{m}`"), span: e.name.span, help: None });
+            self.err(TypeError::EnvMissing {
+                env: e.name.name.clone(),
+                what: format!("`{m}`"),
+                span: e.name.span,
+                help: None,
+            });
         }
         // The state type is what `reset` returns; the others must agree with it.
         let state = fns.get("reset").map(|f| self.signature_types(f).1);
@@ -170,9 +176,13 @@ impl Elab<'_> {
             };
             if let Some((span, label)) = wrong {
                 ok = false;
-                let written: Vec<String> =
-                    f.params.iter().map(|(n, t)| format!("{}: {}", n.name, crate::syntax::print::print_type(t))).collect();
-                let found = format!("fn {name}({}) -> {}", written.join(", "), crate::syntax::print::print_type(&f.ret));
+                let written: Vec<String> = f
+                    .params
+                    .iter()
+                    .map(|(n, t)| format!("{}: {}", n.name, crate::syntax::print::print_type(t)))
+                    .collect();
+                let found =
+                    format!("fn {name}({}) -> {}", written.join(", "), crate::syntax::print::print_type(&f.ret));
                 let expected = signature(name, &state_s, &obs_s).unwrap_or_default();
                 let (env, func) = (e.name.name.clone(), name.to_string());
                 self.err(TypeError::EnvSignature { env, func, expected, found, label, span });
@@ -235,7 +245,8 @@ impl Elab<'_> {
                 Arg::Shape(dims) => ast::Expr { kind: ExprKind::Array(dims.into_iter().map(int).collect()), span },
             });
         }
-        let call = ast::Expr { kind: ExprKind::Call { func: ast::Ident { name: name.into(), span }, args: exprs }, span };
+        let call =
+            ast::Expr { kind: ExprKind::Call { func: ast::Ident { name: name.into(), span }, args: exprs }, span };
         let v = self.expr(&call);
         self.scopes.pop();
         v

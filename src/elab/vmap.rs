@@ -10,8 +10,8 @@
 //! mechanism.
 
 use super::{Elab, Val};
-use crate::ir::build::Builder;
 use crate::ir::Var;
+use crate::ir::build::Builder;
 use crate::syntax::ast::{self, ExprKind};
 use crate::syntax::span::Span;
 use crate::transform::vmap::{BVal, batch_into, bdim_at};
@@ -25,12 +25,12 @@ impl Elab<'_> {
             return self.err(TypeError::Arity { what: "`vmap`".into(), expected: 2, found: 0, span, decl: None });
         };
         let target = match &fname.kind {
-            ExprKind::Name(id) => self.prog.modules[self.module].scope.get(&id.name).copied().and_then(|r| {
-                match self.prog.item(r) {
+            ExprKind::Name(id) => {
+                self.prog.modules[self.module].scope.get(&id.name).copied().and_then(|r| match self.prog.item(r) {
                     ast::Item::Fn(f) => Some((r, f)),
                     ast::Item::Const(_) | ast::Item::Struct(_) | ast::Item::Env(_) => None,
-                }
-            }),
+                })
+            }
             _ => None,
         };
         let vals: Vec<Val> = rest.iter().map(|a| self.expr(a)).collect();
@@ -60,13 +60,18 @@ impl Elab<'_> {
         let mut batched = vec![];
         for ((p, v), a) in params.iter().zip(&vals).zip(rest) {
             let mut trial = sizes.clone();
-            if super::unify_dims(p, &v.ty, v.weak, &mut trial, &mut None) {
+            if super::calls::unify_dims(p, &v.ty, v.weak, &mut trial, &mut None) {
                 sizes = trial;
                 batched.push(false);
                 continue;
             }
             let Some((inner, b)) = strip_leading(&v.ty) else {
-                return self.err(TypeError::Mismatch { expected: p.subst(&sizes), found: v.ty.clone(), span: a.span, because: None });
+                return self.err(TypeError::Mismatch {
+                    expected: p.subst(&sizes),
+                    found: v.ty.clone(),
+                    span: a.span,
+                    because: None,
+                });
             };
             match &batch {
                 Some((first, _)) if *first != b => {
@@ -86,7 +91,11 @@ impl Elab<'_> {
         };
         for g in &f.generics {
             if !sizes.contains_key(g.name.as_str()) {
-                return self.err(TypeError::CannotInferSize { param: g.name.clone(), func: f.name.name.clone(), span: fname.span });
+                return self.err(TypeError::CannotInferSize {
+                    param: g.name.clone(),
+                    func: f.name.name.clone(),
+                    span: fname.span,
+                });
             }
         }
         let ret = ret.subst(&sizes);

@@ -1,0 +1,188 @@
+//! Calls of user functions: signatures, size inference by unification, and inlining.
+
+use super::*;
+
+impl Elab<'_> {
+    // ---------------------------------------------------------------- calls
+
+    pub(super) fn call(
+        &mut self,
+        func: &ast::Ident,
+        args: &[ast::Expr],
+        recv: Option<&ast::Expr>,
+        span: Span,
+        expected: Option<&Ty>,
+    ) -> Val {
+        let all: Vec<ast::Expr> = recv.into_iter().cloned().chain(args.iter().cloned()).collect();
+        let user = self.prog.modules[self.module].scope.get(&func.name).copied();
+        match user.map(|r| (r, self.prog.item(r))) {
+            Some((r, ast::Item::Fn(f))) => self.call_user(r, f, func, &all, span, expected),
+            Some(_) => {
+                for a in &all {
+                    self.expr(a);
+                }
+                self.err(TypeError::BadOperand {
+                    op: "call".into(),
+                    ty: Ty::Error,
+                    span: func.span,
+                    expected: "a function".into(),
+                })
+            }
+            None => match self.builtin(func, &all, span, expected) {
+                Some(v) => v,
+                None => {
+                    for a in &all {
+                        self.expr(a);
+                    }
+                    let similar = self.similar_name(&func.name);
+                    self.err(TypeError::UnknownName { name: func.name.clone(), span: func.span, similar })
+                }
+            },
+        }
+    }
+
+    pub(super) fn call_user(
+        &mut self,
+        r: ItemRef,
+        f: &ast::Fn,
+        name: &ast::Ident,
+        args: &[ast::Expr],
+        span: Span,
+        expected: Option<&Ty>,
+    ) -> Val {
+        let vals: Vec<Val> = args.iter().map(|a| self.expr(a)).collect();
+        if vals.len() != f.params.len() {
+            return self.err(TypeError::Arity {
+                what: format!("function `{}`", f.name.name),
+                expected: f.params.len(),
+                found: vals.len(),
+                span,
+                decl: Some(f.name.span),
+            });
+        }
+        if let Some(caller) = self.current.filter(|_| !self.building()) {
+            self.calls.push((caller, r, name.span));
+        }
+        if self.stack.contains(&r) {
+            return self.err(TypeError::Recursive { name: f.name.name.clone(), span: name.span });
+        }
+        let (params, ret) = self.callee_signature(r, f);
+
+        let mut sizes = Subst::new();
+        let mut ok = true;
+        for ((p, v), a) in params.iter().zip(&vals).zip(args) {
+            ok &= self.unify(p, &v.ty, v.weak, &mut sizes, a.span);
+        }
+        if !ok || vals.iter().any(|v| v.ty.is_error()) {
+            return Val::error();
+        }
+        if let Some(exp) = expected {
+            let mut trial = sizes.clone();
+            if unify_dims(&ret, exp, false, &mut trial, &mut None) {
+                sizes = trial;
+            }
+        }
+        for g in &f.generics {
+            if !sizes.contains_key(g.name.as_str()) {
+                return self.err(TypeError::CannotInferSize {
+                    param: g.name.clone(),
+                    func: f.name.name.clone(),
+                    span: name.span,
+                });
+            }
+        }
+        let ret = ret.subst(&sizes);
+        if !self.building() {
+            return Val::of(ret, vec![]);
+        }
+        // Build mode: inline the body with the sizes now known.
+        let args: Vec<Val> = vals
+            .into_iter()
+            .zip(&params)
+            .zip(args)
+            .map(|((v, p), a)| self.coerce(v, &p.subst(&sizes), a.span, None))
+            .collect();
+        self.stack.push(r);
+        let v = self.inline(f, r.module, sizes, args, &ret);
+        self.stack.pop();
+        v
+    }
+
+    /// A function's parameter and result types, resolved in its own module with its size
+    /// parameters symbolic.
+    pub(crate) fn callee_signature(&mut self, r: ItemRef, f: &ast::Fn) -> (Vec<Ty>, Ty) {
+        let saved_module = std::mem::replace(&mut self.module, r.module);
+        let saved_sizes = std::mem::replace(
+            &mut self.sizes,
+            f.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect(),
+        );
+        let params: Vec<Ty> = f.params.iter().map(|(_, t)| self.resolve_ty(t)).collect();
+        let ret = self.resolve_ty(&f.ret);
+        self.module = saved_module;
+        self.sizes = saved_sizes;
+        (params, ret)
+    }
+
+    /// A fresh parameter of the function being built, of a surface type with known sizes.
+    pub(crate) fn param(&mut self, ty: Ty) -> Val {
+        let leaves = ty.leaves().unwrap_or_default();
+        let b = self.b.as_mut().expect("build mode");
+        let vars = leaves.into_iter().map(|t| b.fresh(t)).collect();
+        Val::of(ty, vars)
+    }
+
+    /// Elaborates a function's body with its parameters bound to `args` and its size
+    /// parameters to `sizes` (build mode: this is inlining).
+    pub(crate) fn inline(&mut self, f: &ast::Fn, module: usize, sizes: Subst, args: Vec<Val>, ret: &Ty) -> Val {
+        let saved = (
+            std::mem::replace(&mut self.module, module),
+            std::mem::replace(&mut self.sizes, sizes),
+            std::mem::replace(&mut self.scopes, vec![HashMap::new()]),
+        );
+        for ((pname, _), v) in f.params.iter().zip(args) {
+            self.bind_name(&pname.name, v);
+        }
+        let v = self.expr_expect(&f.body_expr(), ret);
+        (self.module, self.sizes, self.scopes) = saved;
+        v
+    }
+}
+
+/// Structural matching of a declared type against an actual one, binding the declared
+/// type's size parameters. `conflict` receives a parameter bound to two different sizes.
+pub(super) fn unify_dims(
+    decl: &Ty,
+    actual: &Ty,
+    weak: bool,
+    sizes: &mut Subst,
+    conflict: &mut Option<(String, String, String)>,
+) -> bool {
+    let dims = |ds: &[Dim], xs: &[Dim], sizes: &mut Subst, conflict: &mut Option<(String, String, String)>| {
+        ds.len() == xs.len()
+            && ds.iter().zip(xs).all(|(d, x)| match d {
+                Dim::Param(p) => match sizes.get(p) {
+                    Some(bound) if bound != x => {
+                        *conflict = Some((p.to_string(), bound.to_string(), x.to_string()));
+                        false
+                    }
+                    Some(_) => true,
+                    None => {
+                        sizes.insert(p.clone(), x.clone());
+                        true
+                    }
+                },
+                Dim::Known(_) => d == x,
+            })
+    };
+    match (decl, actual) {
+        (_, Ty::Error) | (Ty::Error, _) => true,
+        (Ty::Array(dd, ds), Ty::Array(ad, xs)) => {
+            (dd == ad || (weak && (dd.is_float() || !ad.is_float()))) && dims(ds, xs, sizes, conflict)
+        }
+        (Ty::Tuple(a), Ty::Tuple(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| unify_dims(x, y, false, sizes, conflict))
+        }
+        (Ty::Struct(a, xs), Ty::Struct(b, ys)) => Rc::ptr_eq(a, b) && dims(xs, ys, sizes, conflict),
+        _ => false,
+    }
+}
