@@ -19,7 +19,12 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PAIRS = [("examples/envs/cartpole.pod", "CartPole-v1"), ("examples/envs/catch.pod", "Catch-bsuite")]
+PAIRS = [
+    ("examples/envs/cartpole.pod", "CartPole-v1"),
+    ("examples/envs/catch.pod", "Catch-bsuite"),
+    ("examples/envs/fourrooms.pod", "FourRooms-misc"),
+    ("examples/envs/breakout.pod", "Breakout-MinAtar"),
+]
 
 
 def run_json(cmd):
@@ -59,7 +64,7 @@ def main():
         med = lambda xs, k: statistics.median(x[k] for x in xs)
         sp, sg = med(ours, "steps_per_sec"), med(theirs, "steps_per_sec")
         cp, cg = med(ours, "compile_s"), med(theirs, "compile_s")
-        print(f"{gym_id:14s} podc {sp:12,.0f} steps/s (compile {cp:.2f} s) | "
+        print(f"{gym_id:16s} podc {sp:12,.0f} steps/s (compile {cp:.2f} s) | "
               f"gymnax {sg:12,.0f} steps/s (compile {cg:.2f} s) | throughput x{sp / sg:.2f}, compile x{cp / cg:.2f}")
     sys.stdout.flush()
 
