@@ -38,7 +38,8 @@ use podracer::ir::{Eqn, Func, Graph, Op, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
     Argmax, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert, Dot, DynamicSlice,
-    DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Select, Slice, Transpose, Unary, UnaryOp,
+    DynamicUpdateSlice, Gather, Iota, Prim, Reduce, ReduceOp, Reshape, Scatter, Select, Slice, Transpose, Unary,
+    UnaryOp,
 };
 use podracer::runtime::{Client, Runtime};
 
@@ -413,6 +414,77 @@ fn cases() -> Vec<Case> {
         "dynamic_update_slice bool 1d",
         Prim::DynamicUpdateSlice(DynamicUpdateSlice),
         vec![boolv(&[false; 6]), boolv(&[true, true]), scalar_i32(5)],
+    ));
+
+    // gather and scatter: windows at index vectors (clamped), with batching dimensions.
+    // Scatter windows never overlap here: which write wins is up to XLA where they do.
+    let gather =
+        |offset: &[usize], collapsed: &[usize], batching: (&[usize], &[usize]), map: &[usize], sizes: &[usize]| {
+            Prim::Gather(Gather {
+                offset_dims: offset.to_vec(),
+                collapsed_slice_dims: collapsed.to_vec(),
+                operand_batching_dims: batching.0.to_vec(),
+                indices_batching_dims: batching.1.to_vec(),
+                start_index_map: map.to_vec(),
+                slice_sizes: sizes.to_vec(),
+            })
+        };
+    let scatter = |window: &[usize], inserted: &[usize], batching: (&[usize], &[usize]), map: &[usize]| {
+        Prim::Scatter(Scatter {
+            update_window_dims: window.to_vec(),
+            inserted_window_dims: inserted.to_vec(),
+            operand_batching_dims: batching.0.to_vec(),
+            indices_batching_dims: batching.1.to_vec(),
+            scatter_dims_to_operand_dims: map.to_vec(),
+        })
+    };
+    let none: (&[usize], &[usize]) = (&[], &[]);
+    let starts = Array::i32(vec![5, 2], vec![1, 2, -1, 10, 4, 4, i32::MIN, i32::MAX, 3, 3]);
+    cs.push(exact("gather windows", gather(&[1, 2], &[], none, &[0, 1], &[2, 3]), vec![grid.clone(), starts.clone()]));
+    cs.push(exact("gather empty windows", gather(&[1, 2], &[], none, &[0, 1], &[0, 3]), vec![grid.clone(), starts]));
+    cs.push(exact(
+        "gather rows, collapsed",
+        gather(&[1], &[0], none, &[0], &[1, 6]),
+        vec![grid.clone(), Array::i32(vec![3, 1], vec![-1, 2, 9])],
+    ));
+    cs.push(exact(
+        "gather one cell per example",
+        gather(&[1, 2], &[], (&[0], &[0]), &[2], &[1, 2, 2]),
+        vec![rng.f32s(&[3, 4, 5], -1.0, 1.0), Array::i32(vec![3, 1], vec![-3, 1, 7])],
+    ));
+    cs.push(exact(
+        "gather, batching dims in the middle",
+        gather(&[0, 3], &[], (&[1], &[1]), &[0, 2], &[2, 1, 3]),
+        vec![rng.i32s(&[4, 3, 5], -9, 9), rng.i32s(&[2, 3, 2], -2, 7)],
+    ));
+    cs.push(exact(
+        "gather bool",
+        gather(&[1], &[0], none, &[0, 1], &[1, 2]),
+        vec![rng.bools(&[3, 4]), Array::i32(vec![2, 2], vec![2, 3, -1, 1])],
+    ));
+    cs.push(exact(
+        "scatter windows",
+        scatter(&[1, 2], &[], none, &[0, 1]),
+        vec![grid.clone(), Array::i32(vec![2, 2], vec![-5, -1, 9, 4]), rng.f32s(&[2, 2, 3], 5.0, 6.0)],
+    ));
+    cs.push(exact(
+        "scatter one cell per example",
+        scatter(&[], &[1], (&[0], &[0]), &[1]),
+        vec![rng.f32s(&[3, 4], -1.0, 1.0), Array::i32(vec![3, 1], vec![-2, 1, 7]), f32v(&[f32::NAN, -0.0, 1e-40])],
+    ));
+    cs.push(exact(
+        "scatter, batching dims in the middle",
+        scatter(&[1, 2], &[], (&[1], &[0]), &[0, 2]),
+        vec![rng.i32s(&[4, 3, 5], -9, 9), rng.i32s(&[3, 2], -2, 7), rng.i32s(&[3, 2, 2], 10, 20)],
+    ));
+    cs.push(exact(
+        "scatter bool whole rows",
+        scatter(&[1], &[0], none, &[0]),
+        vec![
+            Array::new(vec![2, 4], Data::Bool(vec![false; 8])),
+            Array::i32(vec![1, 1], vec![5]),
+            Array::new(vec![1, 4], Data::Bool(vec![true; 4])),
+        ],
     ));
 
     // reductions

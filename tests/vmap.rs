@@ -28,7 +28,8 @@ use podracer::ir::{Func, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
     Argmax, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert, Dot, DynamicSlice,
-    DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Select, Slice, Transpose, Unary, UnaryOp,
+    DynamicUpdateSlice, Gather, Iota, Prim, Reduce, ReduceOp, Reshape, Scatter, Select, Slice, Transpose, Unary,
+    UnaryOp,
 };
 use podracer::transform::vmap::{BVal, batch_into, batched_ty, bdim_at, vmap};
 
@@ -38,7 +39,7 @@ const B: usize = 3;
 // ---------------------------------------------------------------------------------------
 // Inputs
 
-/// Values that batching must move exactly: the one-hot selections of batched dynamic
+/// Values that batching must move exactly: the gathers and scatters of batched dynamic
 /// indexing, in particular, must keep NaN, -0.0, infinities and subnormals.
 const F32_EDGES: [f32; 7] = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-40, -1e-40];
 
@@ -328,6 +329,67 @@ fn prim_cases() -> Vec<Case> {
         vec![Gen::Bool(vec![3, 4]), Gen::Bool(vec![1, 2]), index(3), index(4)],
     ));
     cs.push(exact("dynamic_update_slice whole", dus, vec![i32s(&[2, 3]), i32s(&[2, 3]), index(2), index(3)]));
+
+    // gather and scatter, with index vectors out of range on both sides. Each scatter
+    // writes one window per operand (per batching position), so windows never overlap,
+    // batched or not.
+    let gather =
+        |offset: &[usize], collapsed: &[usize], batching: (&[usize], &[usize]), map: &[usize], sizes: &[usize]| {
+            Prim::Gather(Gather {
+                offset_dims: offset.to_vec(),
+                collapsed_slice_dims: collapsed.to_vec(),
+                operand_batching_dims: batching.0.to_vec(),
+                indices_batching_dims: batching.1.to_vec(),
+                start_index_map: map.to_vec(),
+                slice_sizes: sizes.to_vec(),
+            })
+        };
+    let scatter = |window: &[usize], inserted: &[usize], batching: (&[usize], &[usize]), map: &[usize]| {
+        Prim::Scatter(Scatter {
+            update_window_dims: window.to_vec(),
+            inserted_window_dims: inserted.to_vec(),
+            operand_batching_dims: batching.0.to_vec(),
+            indices_batching_dims: batching.1.to_vec(),
+            scatter_dims_to_operand_dims: map.to_vec(),
+        })
+    };
+    let none: (&[usize], &[usize]) = (&[], &[]);
+    let starts = |shape: &[usize]| Gen::I32(shape.to_vec(), -2, 8);
+    cs.push(exact(
+        "gather windows",
+        gather(&[1, 2], &[], none, &[0, 1], &[2, 3]),
+        vec![edgy(&[5, 6]), starts(&[2, 2])],
+    ));
+    cs.push(exact(
+        "gather rows, collapsed",
+        gather(&[1], &[0], none, &[0], &[1, 6]),
+        vec![i32s(&[5, 6]), starts(&[3, 1])],
+    ));
+    cs.push(exact(
+        "gather one cell per example",
+        gather(&[1, 2], &[], (&[0], &[0]), &[2], &[1, 2, 2]),
+        vec![edgy(&[3, 4, 5]), starts(&[3, 1])],
+    ));
+    cs.push(exact(
+        "gather, batching dims in the middle",
+        gather(&[0, 3], &[], (&[1], &[1]), &[0, 2], &[2, 1, 3]),
+        vec![i32s(&[4, 3, 5]), starts(&[2, 3, 2])],
+    ));
+    cs.push(exact(
+        "scatter one window",
+        scatter(&[1, 2], &[], none, &[0, 1]),
+        vec![edgy(&[5, 6]), starts(&[1, 2]), edgy(&[1, 2, 3])],
+    ));
+    cs.push(exact(
+        "scatter one cell per example",
+        scatter(&[], &[1], (&[0], &[0]), &[1]),
+        vec![edgy(&[3, 4]), starts(&[3, 1]), edgy(&[3])],
+    ));
+    cs.push(exact(
+        "scatter, batching dims in the middle",
+        scatter(&[1, 2], &[], (&[1], &[0]), &[0, 2]),
+        vec![i32s(&[4, 3, 5]), starts(&[3, 2]), i32s(&[3, 2, 2])],
+    ));
 
     // reductions
     let reduce = |op, axes: &[usize]| Prim::Reduce(Reduce { op, axes: axes.to_vec() });
@@ -752,27 +814,37 @@ fn close(dev: &Array, want: &Array, tol: Tol) -> bool {
 /// still reaches every primitive and every kind of lowering the rules produce: every
 /// program with every subset of batched parameters; the rules that renumber dimensions
 /// with their batch axes first or last (or absent); the rest through `vmap`, with all
-/// arguments batched and (where the rule takes another path) with each one alone. The
-/// other instances of checks 1 and 2 add only transposes and broadcasts to these.
+/// arguments batched and (where the rule takes another path) with each one alone, plus
+/// the dynamic slices' rules with every batch axis last (a gather or scatter pairing an
+/// operand batched behind its dimensions). The other instances of checks 1 and 2 add only
+/// transposes and broadcasts to these.
 fn on_device(i: &Instance) -> bool {
     let batched = i.axes.iter().flatten().count();
     let all = batched == i.axes.len();
     let all_or_one = all || batched == 1;
     let at_ends = i.case.args.iter().zip(&i.axes).all(|(g, a)| a.is_none_or(|a| a == 0 || a == g.ty().rank()));
+    let at_last = i.case.args.iter().zip(&i.axes).all(|(g, a)| *a == Some(g.ty().rank()));
     let Some(p) = &i.case.prim else {
         return true;
     };
     match p {
         Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Select(_) | Prim::Convert(_) => !i.rule && all,
         Prim::Constant(_) | Prim::Iota(_) => !i.rule,
-        Prim::Reshape(_) | Prim::Concat(_) | Prim::DynamicUpdateSlice(_) => !i.rule && all_or_one,
-        Prim::Broadcast(_) | Prim::Transpose(_) | Prim::Slice(_) | Prim::Reduce(_) | Prim::Argmax(_) | Prim::Dot(_) => {
-            i.rule && at_ends
-        }
-        // Shared starts renumber; batched ones move the operand's batch axis to the front.
-        Prim::DynamicSlice(_) => {
+        Prim::Reshape(_) | Prim::Concat(_) => !i.rule && all_or_one,
+        Prim::Broadcast(_)
+        | Prim::Transpose(_)
+        | Prim::Slice(_)
+        | Prim::Reduce(_)
+        | Prim::Argmax(_)
+        | Prim::Dot(_)
+        | Prim::Gather(_)
+        | Prim::Scatter(_) => i.rule && at_ends,
+        // Shared starts renumber; batched ones gather or scatter, pairing the operand's
+        // batch axis where it is (last, here) with the index vectors.
+        Prim::DynamicSlice(_) | Prim::DynamicUpdateSlice(_) => {
             if i.rule {
-                i.axes[1..].iter().all(Option::is_none)
+                let shared = i.axes[1..].iter().all(Option::is_none);
+                (shared && matches!(p, Prim::DynamicSlice(_))) || at_last
             } else {
                 all_or_one
             }

@@ -1,7 +1,7 @@
 //! Snapshot tests of the IR printer and the StableHLO lowering, on small hand-built
 //! functions ([`fixtures`]) that together exercise every kind of lowering: plain ops,
-//! regions (reduce, argmax), NaN-propagating max, dynamic indexing and loops with
-//! constants and carries, nested. Review a changed snapshot by reading it: the text is
+//! regions (reduce, argmax, scatter), NaN-propagating max, dynamic indexing, gather and
+//! scatter, and loops with constants and carries, nested. Review a changed snapshot by reading it: the text is
 //! what the plugin compiles. (`tests/prims.rs` runs lowered code on the device.)
 
 use crate::array::{Array, ArrayTy, DType};
@@ -131,6 +131,37 @@ fn dynamic_indexing() -> Func {
     b.finish("dynamic_indexing", vec![grid, upd, r, c], vec![g2, both])
 }
 
+/// A window of each example's grid read at its own start (a batching dimension), then
+/// written back at the same start, clamped (the scatter's starts are clamped first).
+fn gather_scatter() -> Func {
+    let mut b = Fb::new();
+    let grid = b.fresh(f32t(&[2, 4, 4]));
+    let starts = b.fresh(ArrayTy::new(DType::I32, vec![2, 2]));
+    let win = b.prim(
+        Prim::Gather(Gather {
+            offset_dims: vec![1, 2],
+            collapsed_slice_dims: vec![],
+            operand_batching_dims: vec![0],
+            indices_batching_dims: vec![0],
+            start_index_map: vec![1, 2],
+            slice_sizes: vec![1, 2, 2],
+        }),
+        &[grid, starts],
+    );
+    let neg = b.prim(Prim::Unary(Unary { op: UnaryOp::Neg }), &[win]);
+    let out = b.prim(
+        Prim::Scatter(Scatter {
+            update_window_dims: vec![1, 2],
+            inserted_window_dims: vec![],
+            operand_batching_dims: vec![0],
+            indices_batching_dims: vec![0],
+            scatter_dims_to_operand_dims: vec![1, 2],
+        }),
+        &[grid, starts, neg],
+    );
+    b.finish("gather_scatter", vec![grid, starts], vec![win, out])
+}
+
 /// `for i in 2..12 { acc += x * f32(i); n += 1 }` with `x` a loop constant.
 fn loop_with_consts() -> Func {
     let mut b = Fb::new();
@@ -180,6 +211,7 @@ pub(crate) fn fixtures() -> Vec<(&'static str, Func)> {
         ("dynamic_indexing", dynamic_indexing()),
         ("loop_with_consts", loop_with_consts()),
         ("nested_loops", nested_loops()),
+        ("gather_scatter", gather_scatter()),
     ]
 }
 

@@ -7,36 +7,30 @@
 //! # Batching with per-example starts
 //!
 //! A start shared by all examples batches trivially: the batch axis is one more
-//! dimension, taken (or written) whole. A batched start is the interesting case, and the
-//! common one in RL environments (`obs.set([y, x], 1.0)` with `y` and `x` per
-//! environment). JAX turns it into a gather or scatter; podc has neither, and instead
-//! works dimension by dimension with masks built from iotas, which XLA fuses into a few
-//! elementwise kernels and which run well on any device:
+//! dimension, taken (or written) whole, where it is. A batched start is the interesting
+//! case, and the common one in RL environments (`grid[y, x]`, `obs.set([y, x], 1.0)` with
+//! `y` and `x` per environment). As in JAX, it becomes a gather or a scatter
+//! (`gather.rs`), whose index vectors, `[batch, k]`, hold the starts of the `k`
+//! dimensions whose window is not whole (a shared start broadcast; a whole window's start
+//! always clamps to 0, so it is left out), and whose clamping is the dynamic slices':
 //!
-//! - *dynamic_slice*: shared starts first, in one `dynamic_slice` for all examples (it
-//!   shrinks the operand); then each dimension with a batched start moves its window to
-//!   the front by a one-hot selection, `out[e, w] = the x[e, j] with j == s[e] + w` (see
-//!   [`shift`]), at O(batch × window × dimension × rest) work. A window of length 1
-//!   (reading one cell) costs about one pass over the operand, as the read itself does.
-//! - *dynamic_update_slice*: `select(mask, placed, x)`, where `mask` is the product of
-//!   one interval test `s[e] <= i < s[e] + k` per dimension and `placed` is the update
-//!   moved to its window by the same one-hot selection; an update of length 1 along a
-//!   dimension (writing one cell) is just broadcast along it. So `obs.set([y, x], v)`
-//!   becomes `select((iota_y == y) & (iota_x == x), v, obs)`: one fused elementwise pass.
+//! - *dynamic_slice* becomes a [`Gather`] of the windows, batched at 0. A batched operand
+//!   is paired with the index vectors by a batching dimension, wherever its batch axis is.
+//! - *dynamic_update_slice* becomes a [`Scatter`] of the windows into the operand (an
+//!   unbatched operand is broadcast first: each example writes its own copy), paired with
+//!   the index vectors by a batching dimension, so windows never overlap.
 //!
-//! The one-hot selection is made of `select`s only ([`select_one`]), so elements arrive
-//! bit for bit, NaN, -0.0 and subnormals included. A one-hot matmul would not (`0 * inf`
-//! is NaN), nor does a `max` over a fill of -inf: XLA's CPU code flushes subnormals
-//! through it. Whole windows (length equal to the dimension) are skipped: their start
-//! always clamps to 0. A window much longer than 1 at a batched start costs a factor of
-//! its length; a loop over the examples would avoid that, but run them one by one.
+//! Both move data only, so elements arrive bit for bit. This replaced one-hot masks
+//! (`iota == start`, as wide as the operand): XLA fuses a mask with the whole chain of
+//! cheap operations that computes the start (a random draw's hash, say) and recomputes
+//! that chain for every element of the mask, where a gather or a scatter reads each start
+//! once per window element at most.
 
-use super::elementwise::{BinaryOp, CmpOp};
 use super::util::{
-    concat_data, expect_arity, expect_index, i64_array, indices, list, ravel, scalar_i32, strides, take,
+    clamp_start, concat_data, expect_arity, expect_index, i64_array, indices, list, ravel, scalar_i32, strides, take,
 };
-use super::{Binary, Broadcast, Compare, Concat, Constant, Iota, Prim, Reshape, Rules, Select};
-use crate::array::{Array, ArrayTy, DType};
+use super::{Concat, Constant, Gather, Prim, Reshape, Rules, Scatter};
+use crate::array::{Array, ArrayTy};
 use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::lower::stablehlo::LowerCx;
@@ -64,13 +58,6 @@ pub struct DynamicSlice {
 /// scalar start per dimension.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DynamicUpdateSlice;
-
-/// XLA's clamp of a run-time start: the window `[start, start + size)` is moved inside
-/// `[0, dim)`.
-fn clamp_start(start: i32, dim: usize, size: usize) -> usize {
-    let max = i64::try_from(dim - size).unwrap_or(i64::MAX);
-    i64::from(start).clamp(0, max) as usize
-}
 
 /// The flat positions of a window of `sizes` at `start` inside an array of `shape`.
 fn window(shape: &[usize], start: &[usize], sizes: &[usize]) -> Vec<usize> {
@@ -175,46 +162,26 @@ impl Rules for DynamicSlice {
         vec![cx.op("stablehlo.dynamic_slice", args, &attrs, arg_tys, &outs[0])]
     }
 
-    /// Shared starts: the batch axis is one more dimension, taken whole. Batched starts:
-    /// see the module documentation.
+    /// Shared starts: the batch axis is one more dimension, taken whole, where it is.
+    /// Batched starts: a gather (see the module documentation).
     fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
         let size = batch_size(b, args);
         let (x, starts) = (args[0], &args[1..]);
-        if !starts.iter().any(BVal::is_batched) {
-            let a = x.axis.expect("the operand is batched");
-            let mut vars: Vec<Var> = starts.iter().map(|s| s.var).collect();
-            vars.insert(a, const_i32(b, 0));
-            vars.insert(0, x.var);
-            let mut sizes = self.sizes.clone();
+        let shape = example_shape(b, x);
+        let sliced: Vec<usize> = (0..shape.len()).filter(|&d| self.sizes[d] < shape[d]).collect();
+        if sliced.iter().any(|&d| starts[d].is_batched()) {
+            return vec![gather_windows(b, x, starts, &sliced, &self.sizes, size)];
+        }
+        // Any batched start is that of a whole window, which always clamps to 0.
+        let zero = const_i32(b, 0);
+        let mut vars: Vec<Var> = starts.iter().map(|s| if s.is_batched() { zero } else { s.var }).collect();
+        let mut sizes = self.sizes.clone();
+        if let Some(a) = x.axis {
+            vars.insert(a, zero);
             sizes.insert(a, size);
-            return vec![BVal::batched(b.prim1(Prim::DynamicSlice(DynamicSlice { sizes }), &vars), a)];
         }
-        // From here on a batched operand has its batch axis in front.
-        let mut x = if x.is_batched() { BVal::batched(bdim_at(b, x, 0, size), 0) } else { x };
-        let shape = unbatched_shape(b, x);
-        let sliced = |d: usize| self.sizes[d] < shape[d];
-        // The shared starts, in one dynamic_slice; dimensions with batched starts whole.
-        if (0..shape.len()).any(|d| !starts[d].is_batched() && sliced(d)) {
-            let zero = const_i32(b, 0);
-            let (mut vars, mut sizes) = (vec![x.var], vec![]);
-            if x.is_batched() {
-                vars.push(zero);
-                sizes.push(size);
-            }
-            for (d, s) in starts.iter().enumerate() {
-                let (start, len) = if s.is_batched() { (zero, shape[d]) } else { (s.var, self.sizes[d]) };
-                vars.push(start);
-                sizes.push(len);
-            }
-            x.var = b.prim1(Prim::DynamicSlice(DynamicSlice { sizes }), &vars);
-        }
-        for (d, &s) in starts.iter().enumerate() {
-            if s.is_batched() && sliced(d) {
-                let s = clamped_starts(b, s, size, shape[d], self.sizes[d]);
-                x = BVal::batched(shift(b, x, d, self.sizes[d], s, Shift::Take, size), 0);
-            }
-        }
-        vec![x]
+        vars.insert(0, x.var);
+        vec![BVal { var: b.prim1(Prim::DynamicSlice(DynamicSlice { sizes }), &vars), axis: x.axis }]
     }
 }
 
@@ -262,67 +229,45 @@ impl Rules for DynamicUpdateSlice {
     }
 
     /// Shared starts: the batch axis is one more dimension, written whole. Batched
-    /// starts: see the module documentation.
+    /// starts: a scatter (see the module documentation).
     fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
         let size = batch_size(b, args);
         let (x, u, starts) = (args[0], args[1], &args[2..]);
-        let x = bdim_at(b, x, 0, size);
-        if !starts.iter().any(BVal::is_batched) {
-            let mut vars = vec![x, bdim_at(b, u, 0, size), const_i32(b, 0)];
-            vars.extend(starts.iter().map(|s| s.var));
-            return vec![BVal::batched(b.prim1(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &vars), 0)];
-        }
-        // From here on a batched update has its batch axis in front.
-        let u = if u.is_batched() { BVal::batched(bdim_at(b, u, 0, size), 0) } else { u };
-        let shape = b.ty(x).shape[1..].to_vec();
-        let window = unbatched_shape(b, u);
-        if window.contains(&0) {
-            // An empty update leaves the operand as it is.
-            return vec![BVal::batched(x, 0)];
-        }
-        let (mut placed, mut mask) = (u, None);
-        for (d, &s) in starts.iter().enumerate() {
-            let (n, k) = (shape[d], window[d]);
-            if k == n {
-                continue;
-            }
-            let s = clamped_starts(b, s, size, n, k);
-            placed = if k == 1 {
-                // Repeat the one element along the dimension; the mask keeps one.
-                let ty = b.ty(placed.var).clone();
-                let lead = usize::from(placed.is_batched());
-                let mut to = ty.shape.clone();
-                to[lead + d] = n;
-                let dims = (0..ty.rank()).collect();
-                BVal { var: b.prim1(Prim::Broadcast(Broadcast { shape: to, dims }), &[placed.var]), axis: placed.axis }
-            } else {
-                BVal::batched(shift(b, placed, d, n, s, Shift::Place, size), 0)
+        let (shape, window) = (example_shape(b, x), example_shape(b, u));
+        let sliced: Vec<usize> = (0..shape.len()).filter(|&d| window[d] < shape[d]).collect();
+        if sliced.iter().any(|&d| starts[d].is_batched()) {
+            // Each example writes its own copy of an unbatched operand.
+            let a = x.axis.unwrap_or(0);
+            let x = bdim_at(b, x, a, size);
+            let u = bdim_at(b, u, 0, size);
+            let idx = start_vectors(b, starts, &sliced, size);
+            let s = Scatter {
+                update_window_dims: (1..=window.len()).collect(),
+                inserted_window_dims: vec![],
+                operand_batching_dims: vec![a],
+                indices_batching_dims: vec![0],
+                scatter_dims_to_operand_dims: sliced.iter().map(|&d| if d >= a { d + 1 } else { d }).collect(),
             };
-            let inside = interval_mask(b, s, size, n, k);
-            let full: Vec<usize> = std::iter::once(size).chain(shape.iter().copied()).collect();
-            let inside = b.prim1(Prim::Broadcast(Broadcast { shape: full, dims: vec![0, 1 + d] }), &[inside]);
-            mask = Some(match mask {
-                None => inside,
-                Some(m) => b.prim1(Prim::Binary(Binary { op: BinaryOp::And }), &[m, inside]),
-            });
+            return vec![BVal::batched(b.prim1(Prim::Scatter(s), &[x, idx, u]), a)];
         }
-        let placed = bdim_at(b, placed, 0, size);
-        // With every window whole, the update replaces the operand.
-        let out = match mask {
-            None => placed,
-            Some(m) => b.prim1(Prim::Select(Select), &[m, placed, x]),
-        };
-        vec![BVal::batched(out, 0)]
+        // Any batched start is that of a whole window, which always clamps to 0.
+        let zero = const_i32(b, 0);
+        let mut vars = vec![bdim_at(b, x, 0, size), bdim_at(b, u, 0, size), zero];
+        vars.extend(starts.iter().map(|s| if s.is_batched() { zero } else { s.var }));
+        vec![BVal::batched(b.prim1(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &vars), 0)]
     }
 }
 
 // ---------------------------------------------------------------------------------------
 // Batching helpers
 
-/// The shape of one example of `x` (batched at axis 0, if at all).
-fn unbatched_shape(b: &Builder, x: BVal) -> Vec<usize> {
-    let shape = &b.ty(x.var).shape;
-    if x.is_batched() { shape[1..].to_vec() } else { shape.clone() }
+/// The shape of one example of `x`: its shape without the batch axis.
+fn example_shape(b: &Builder, x: BVal) -> Vec<usize> {
+    let mut shape = b.ty(x.var).shape.clone();
+    if let Some(a) = x.axis {
+        shape.remove(a);
+    }
+    shape
 }
 
 /// An i32 scalar constant.
@@ -330,115 +275,41 @@ fn const_i32(b: &mut Builder, v: i32) -> Var {
     b.prim1(Prim::Constant(Constant { value: Array::i32(vec![], vec![v]) }), &[])
 }
 
-/// A scalar constant broadcast to `shape`.
-fn splat(b: &mut Builder, value: Array, shape: &[usize]) -> Var {
-    let c = b.prim1(Prim::Constant(Constant { value }), &[]);
-    b.prim1(Prim::Broadcast(Broadcast { shape: shape.to_vec(), dims: vec![] }), &[c])
-}
-
-/// The per-example starts of a window of `k` in a dimension of `n`, as an i32 vector of
-/// `size`, clamped as XLA clamps them: `clamp(s, 0, n - k)`.
-fn clamped_starts(b: &mut Builder, s: BVal, size: usize, n: usize, k: usize) -> Var {
-    let s = bdim_at(b, s, 0, size);
-    let hi = i32::try_from(n - k).unwrap_or(i32::MAX);
-    let lo = splat(b, Array::i32(vec![], vec![0]), &[size]);
-    let hi = splat(b, Array::i32(vec![], vec![hi]), &[size]);
-    let s = b.prim1(Prim::Binary(Binary { op: BinaryOp::Max }), &[s, lo]);
-    b.prim1(Prim::Binary(Binary { op: BinaryOp::Min }), &[s, hi])
-}
-
-/// `s[e] <= i < s[e] + k` as a bool `[size, n]` mask, for clamped starts `s`; for one
-/// cell (`k == 1`), `i == s[e]`.
-fn interval_mask(b: &mut Builder, s: Var, size: usize, n: usize, k: usize) -> Var {
-    let shape = [size, n];
-    let i = b.prim1(Prim::Iota(Iota { ty: ArrayTy::new(DType::I32, shape.to_vec()), dim: 1 }), &[]);
-    let lo = b.prim1(Prim::Broadcast(Broadcast { shape: shape.to_vec(), dims: vec![0] }), &[s]);
-    if k == 1 {
-        return b.prim1(Prim::Compare(Compare { op: CmpOp::Eq }), &[i, lo]);
+/// The index vectors of a gather or scatter for `size` examples, `[size, dims.len()]`:
+/// the starts of `dims`, each example's (a shared start is broadcast).
+fn start_vectors(b: &mut Builder, starts: &[BVal], dims: &[usize], size: usize) -> Var {
+    let columns: Vec<Var> = dims
+        .iter()
+        .map(|&d| {
+            let s = bdim_at(b, starts[d], 0, size);
+            b.prim1(Prim::Reshape(Reshape { shape: vec![size, 1] }), &[s])
+        })
+        .collect();
+    match columns[..] {
+        [one] => one,
+        _ => b.prim1(Prim::Concat(Concat { axis: 1 }), &columns),
     }
-    let k = splat(b, Array::i32(vec![], vec![i32::try_from(k).unwrap_or(i32::MAX)]), &shape);
-    let hi = b.prim1(Prim::Binary(Binary { op: BinaryOp::Add }), &[lo, k]);
-    let above = b.prim1(Prim::Compare(Compare { op: CmpOp::Ge }), &[i, lo]);
-    let below = b.prim1(Prim::Compare(Compare { op: CmpOp::Lt }), &[i, hi]);
-    b.prim1(Prim::Binary(Binary { op: BinaryOp::And }), &[above, below])
 }
 
-/// Which way [`shift`] moves a window.
-#[derive(Clone, Copy)]
-enum Shift {
-    /// Read the window at the start: `out[w] = x[s + w]`.
-    Take,
-    /// Write `x` at the start: `out[s + w] = x[w]`; other positions get any element.
-    Place,
-}
-
-/// Moves a window of dimension `d` of `x` (batched at 0, or unbatched) by per-example
-/// starts `s` (an i32 vector, clamped), giving `len` elements along `d`, batched at 0.
-///
-/// The one-hot selection: `x` is broadcast to `[size, .., len, x_d, ..]`, an iota pair
-/// marks where output position `i` and input position `j` meet (`j == s[e] + i` to take,
-/// `i == s[e] + j` to place), and [`select_one`] keeps, along the input dimension, the
-/// element that met.
-fn shift(b: &mut Builder, x: BVal, d: usize, len: usize, s: Var, dir: Shift, size: usize) -> Var {
-    let one = unbatched_shape(b, x);
-    let mut shape = vec![size];
-    shape.extend_from_slice(&one[..d]);
-    shape.push(len);
-    shape.extend_from_slice(&one[d..]);
-    // Example dimension j lands after the new one from `d` on; the batch axis stays 0.
-    let mut dims: Vec<usize> = (0..one.len()).map(|j| if j < d { 1 + j } else { 2 + j }).collect();
-    if x.is_batched() {
-        dims.insert(0, 0);
-    }
-    let xs = b.prim1(Prim::Broadcast(Broadcast { shape: shape.clone(), dims }), &[x.var]);
-    let idx = ArrayTy::new(DType::I32, shape.clone());
-    let out_pos = b.prim1(Prim::Iota(Iota { ty: idx.clone(), dim: 1 + d }), &[]);
-    let in_pos = b.prim1(Prim::Iota(Iota { ty: idx, dim: 2 + d }), &[]);
-    let start = b.prim1(Prim::Broadcast(Broadcast { shape: shape.clone(), dims: vec![0] }), &[s]);
-    let (at, offset) = match dir {
-        Shift::Take => (in_pos, out_pos),
-        Shift::Place => (out_pos, in_pos),
+/// The windows of `sizes` at `starts` for each of `size` examples, as a [`Gather`] whose
+/// result is batched at 0. The index vectors hold the starts of the `sliced` dimensions
+/// (those whose window is not whole); a batched operand stays as it is, paired with them
+/// by a batching dimension.
+fn gather_windows(b: &mut Builder, x: BVal, starts: &[BVal], sliced: &[usize], sizes: &[usize], size: usize) -> BVal {
+    let idx = start_vectors(b, starts, sliced, size);
+    let mut g = Gather {
+        offset_dims: (1..=sizes.len()).collect(),
+        collapsed_slice_dims: vec![],
+        operand_batching_dims: vec![],
+        indices_batching_dims: vec![],
+        start_index_map: sliced.to_vec(),
+        slice_sizes: sizes.to_vec(),
     };
-    let moved = b.prim1(Prim::Binary(Binary { op: BinaryOp::Add }), &[start, offset]);
-    let hit = b.prim1(Prim::Compare(Compare { op: CmpOp::Eq }), &[at, moved]);
-    select_one(b, hit, xs, 2 + d)
-}
-
-/// The element of `values` along `axis` where `hit` (of the same shape) is true, with
-/// that axis (not empty) removed. Where `hit` is true nowhere along it, some element is
-/// chosen; where it is true more than once, the first.
-///
-/// A tournament of `select`s: each round pairs the first half of the axis with the
-/// second (`select(hit_lo, lo, hi)`, `hit_lo | hit_hi`), carrying an odd element over, so
-/// `ceil(log2 n)` rounds of contiguous slices, which XLA fuses, and no arithmetic on the
-/// elements.
-fn select_one(b: &mut Builder, mut hit: Var, mut values: Var, axis: usize) -> Var {
-    let part = |b: &mut Builder, v: Var, lo: usize, hi: usize| {
-        let shape = &b.ty(v).shape;
-        let mut start = vec![0; shape.len()];
-        let mut limit = shape.clone();
-        start[axis] = lo;
-        limit[axis] = hi;
-        b.prim1(Prim::Slice(Slice { start, limit }), &[v])
-    };
-    loop {
-        let n = b.ty(values).shape[axis];
-        if n <= 1 {
-            break;
-        }
-        let h = n / 2;
-        let (v_lo, v_hi) = (part(b, values, 0, h), part(b, values, h, 2 * h));
-        let (m_lo, m_hi) = (part(b, hit, 0, h), part(b, hit, h, 2 * h));
-        let mut v = b.prim1(Prim::Select(Select), &[m_lo, v_lo, v_hi]);
-        let mut m = b.prim1(Prim::Binary(Binary { op: BinaryOp::Or }), &[m_lo, m_hi]);
-        if n % 2 == 1 {
-            let (v_odd, m_odd) = (part(b, values, n - 1, n), part(b, hit, n - 1, n));
-            v = b.prim1(Prim::Concat(Concat { axis }), &[v, v_odd]);
-            m = b.prim1(Prim::Concat(Concat { axis }), &[m, m_odd]);
-        }
-        (values, hit) = (v, m);
+    if let Some(a) = x.axis {
+        g.start_index_map = sliced.iter().map(|&d| if d >= a { d + 1 } else { d }).collect();
+        g.slice_sizes.insert(a, 1);
+        g.operand_batching_dims = vec![a];
+        g.indices_batching_dims = vec![0];
     }
-    let mut shape = b.ty(values).shape.clone();
-    shape.remove(axis);
-    b.prim1(Prim::Reshape(Reshape { shape }), &[values])
+    BVal::batched(b.prim1(Prim::Gather(g), &[x.var, idx]), 0)
 }

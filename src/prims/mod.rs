@@ -8,6 +8,7 @@
 
 pub mod dot;
 pub mod elementwise;
+pub mod gather;
 pub mod indexing;
 pub mod layout;
 pub mod literal;
@@ -24,6 +25,7 @@ use crate::transform::vmap::BVal;
 
 pub use dot::Dot;
 pub use elementwise::{Binary, BinaryOp, CmpOp, Compare, Convert, Select, Unary, UnaryOp};
+pub use gather::{Gather, Scatter};
 pub use indexing::{DynamicSlice, DynamicUpdateSlice, Slice};
 pub use layout::{Broadcast, Concat, Reshape, Transpose};
 pub use literal::{Constant, Iota};
@@ -92,6 +94,11 @@ pub enum Prim {
     DynamicSlice(DynamicSlice),
     /// Overwrites a window at run-time (clamped) start indices.
     DynamicUpdateSlice(DynamicUpdateSlice),
+    /// Windows at start indices held in an array (clamped): a batch of dynamic slices.
+    Gather(Gather),
+    /// Overwrites windows at start indices held in an array (clamped): a batch of
+    /// dynamic update slices.
+    Scatter(Scatter),
     // reductions
     /// Sum, max or min over axes.
     Reduce(Reduce),
@@ -120,6 +127,8 @@ impl Prim {
             Prim::Slice(p) => p,
             Prim::DynamicSlice(p) => p,
             Prim::DynamicUpdateSlice(p) => p,
+            Prim::Gather(p) => p,
+            Prim::Scatter(p) => p,
             Prim::Reduce(p) => p,
             Prim::Argmax(p) => p,
             Prim::Dot(p) => p,

@@ -357,6 +357,95 @@ fn dynamic_update_slice_clamps_its_start() {
 }
 
 // ---------------------------------------------------------------------------------------
+// gather and scatter
+
+fn gather(
+    offset: &[usize],
+    collapsed: &[usize],
+    batching: (&[usize], &[usize]),
+    map: &[usize],
+    sizes: &[usize],
+) -> Prim {
+    Prim::Gather(Gather {
+        offset_dims: offset.to_vec(),
+        collapsed_slice_dims: collapsed.to_vec(),
+        operand_batching_dims: batching.0.to_vec(),
+        indices_batching_dims: batching.1.to_vec(),
+        start_index_map: map.to_vec(),
+        slice_sizes: sizes.to_vec(),
+    })
+}
+
+fn scatter(window: &[usize], inserted: &[usize], batching: (&[usize], &[usize]), map: &[usize]) -> Prim {
+    Prim::Scatter(Scatter {
+        update_window_dims: window.to_vec(),
+        inserted_window_dims: inserted.to_vec(),
+        operand_batching_dims: batching.0.to_vec(),
+        indices_batching_dims: batching.1.to_vec(),
+        scatter_dims_to_operand_dims: map.to_vec(),
+    })
+}
+
+/// One window per index vector, clamped as `dynamic_slice` clamps.
+#[test]
+fn gather_reads_clamped_windows() {
+    let windows = gather(&[1, 2], &[], (&[], &[]), &[0, 1], &[2, 2]);
+    let starts = i(&[3, 2], &[1, 1, 5, -3, i32::MIN, i32::MAX]);
+    let out = ev1(windows, vec![grid(), starts]);
+    assert_eq!(out, i(&[3, 2, 2], &[5, 6, 8, 9, 4, 5, 7, 8, 2, 3, 5, 6]));
+    // Rows at one start each, the row dimension collapsed; columns taken whole.
+    let rows = gather(&[1], &[0], (&[], &[]), &[0], &[1, 3]);
+    assert_eq!(ev1(rows, vec![grid(), i(&[2, 1], &[2, -1])]), i(&[2, 3], &[7, 8, 9, 1, 2, 3]));
+}
+
+/// A batching dimension: example `e` reads its own operand, the window dims in front.
+#[test]
+fn gather_pairs_batching_dimensions() {
+    let x = i(&[3, 2], &[1, 2, 3, 4, 5, 6]); // three examples of two elements
+    let cells = gather(&[0], &[], (&[0], &[1]), &[1], &[1, 1]);
+    assert_eq!(ev1(cells, vec![x, i(&[1, 3, 1], &[1, 0, 7])]), i(&[1, 1, 3], &[2, 3, 6]));
+}
+
+/// Windows overwritten at clamped starts; later writes win where windows overlap.
+#[test]
+fn scatter_writes_clamped_windows() {
+    let zeros = i(&[3, 3], &[0; 9]);
+    let windows = scatter(&[1, 2], &[], (&[], &[]), &[0, 1]);
+    let out = ev1(windows.clone(), vec![zeros.clone(), i(&[1, 2], &[2, 2]), i(&[1, 1, 2], &[1, 2])]);
+    assert_eq!(out, i(&[3, 3], &[0, 0, 0, 0, 0, 0, 0, 1, 2]));
+    let out = ev1(windows, vec![zeros.clone(), i(&[2, 2], &[0, 0, -1, 1]), i(&[2, 1, 2], &[1, 2, 3, 4])]);
+    assert_eq!(out, i(&[3, 3], &[1, 3, 4, 0, 0, 0, 0, 0, 0]));
+    // One cell per example of a batch of rows.
+    let cells = scatter(&[], &[1], (&[0], &[0]), &[1]);
+    let out = ev1(cells, vec![zeros, i(&[3, 1], &[2, 9, -4]), i(&[3], &[7, 8, 9])]);
+    assert_eq!(out, i(&[3, 3], &[0, 0, 7, 0, 0, 8, 9, 0, 0]));
+}
+
+#[test]
+fn gather_and_scatter_type_errors() {
+    let x = t(DType::F32, &[3, 4]);
+    let idx = t(DType::I32, &[2, 2]);
+    let g = gather(&[1, 2], &[], (&[], &[]), &[0, 1], &[2, 2]);
+    assert!(err(g.clone(), std::slice::from_ref(&x)).contains("takes 2 argument(s)"));
+    assert!(err(g.clone(), &[x.clone(), t(DType::U32, &[2, 2])]).contains("i32"));
+    assert!(err(g.clone(), &[x.clone(), t(DType::I32, &[2, 3])]).contains("one entry per"));
+    assert!(err(gather(&[1, 2], &[], (&[], &[]), &[0, 1], &[4, 2]), &[x.clone(), idx.clone()]).contains("do not fit"));
+    assert!(err(gather(&[1], &[0], (&[], &[]), &[0, 1], &[2, 2]), &[x.clone(), idx.clone()]).contains("size is not 1"));
+    assert!(
+        err(gather(&[2, 1], &[], (&[], &[]), &[0, 1], &[2, 2]), &[x.clone(), idx.clone()]).contains("not in order")
+    );
+    assert!(err(gather(&[1], &[], (&[], &[]), &[0, 1], &[2, 2]), &[x.clone(), idx.clone()]).contains("every window"));
+    let paired = gather(&[1], &[], (&[0], &[0]), &[1], &[1, 2]);
+    assert!(err(paired, &[x.clone(), t(DType::I32, &[2, 1])]).contains("do not pair"));
+    let s = scatter(&[1, 2], &[], (&[], &[]), &[0, 1]);
+    assert!(err(s.clone(), &[x.clone(), idx.clone(), t(DType::I32, &[2, 1, 1])]).contains("dtype"));
+    assert!(err(s.clone(), &[x.clone(), idx.clone(), t(DType::F32, &[2, 4, 1])]).contains("do not fit"));
+    assert!(err(s, &[x.clone(), idx, t(DType::F32, &[3, 1, 1])]).contains("do not fit"));
+    let started_batch = scatter(&[], &[1], (&[0], &[0]), &[0]);
+    assert!(err(started_batch, &[x, t(DType::I32, &[3, 1]), t(DType::F32, &[3])]).contains("also inserted or started"));
+}
+
+// ---------------------------------------------------------------------------------------
 // reductions
 
 #[test]
@@ -528,7 +617,7 @@ fn reduction_and_dot_type_errors() {
 
 #[test]
 fn printer_names_and_attributes() {
-    let cases: [(Prim, &str, &str); 6] = [
+    let cases: [(Prim, &str, &str); 8] = [
         (bin(BinaryOp::ShiftRightLogical), "shift_right_logical", ""),
         (Prim::Convert(Convert { to: DType::U32 }), "convert", "[to=u32]"),
         (Prim::Reduce(Reduce { op: ReduceOp::Max, axes: vec![0, 2] }), "reduce_max", "[axes=[0, 2]]"),
@@ -543,6 +632,12 @@ fn printer_names_and_attributes() {
             "constant",
             "[[0, 1, 2, 3, 4, 5, 6, 7, … 20 elements]]",
         ),
+        (
+            gather(&[1, 2], &[], (&[0], &[0]), &[2], &[1, 1, 3]),
+            "gather",
+            "[offset_dims=[1, 2], operand_batching=[0], indices_batching=[0], start_index_map=[2], sizes=[1, 1, 3]]",
+        ),
+        (scatter(&[], &[1], (&[], &[]), &[1]), "scatter", "[inserted=[1], start_index_map=[1]]"),
     ];
     for (p, name, attrs) in cases {
         assert_eq!((p.rules().name(), p.rules().attrs().as_str()), (name, attrs));

@@ -90,6 +90,13 @@ pub fn scalar_i32(a: &Array) -> i32 {
     }
 }
 
+/// XLA's clamp of a run-time start: the window `[start, start + size)` is moved inside
+/// `[0, dim)`.
+pub fn clamp_start(start: i32, dim: usize, size: usize) -> usize {
+    let max = i64::try_from(dim - size).unwrap_or(i64::MAX);
+    i64::from(start).clamp(0, max) as usize
+}
+
 /// Checks the number of arguments a type rule receives.
 pub fn expect_arity(name: &str, args: &[ArrayTy], n: usize) -> Result<(), String> {
     if args.len() == n { Ok(()) } else { Err(format!("{name} takes {n} argument(s), got {}", args.len())) }

@@ -26,6 +26,13 @@
 //! do. The machinery checks every rule's results against the original types, so a wrong
 //! rule fails where it runs rather than in a later pass.
 //!
+//! A run-time index that differs per example is the case that needs a primitive of its
+//! own: as in JAX, a `dynamic_slice` or `dynamic_update_slice` at batched starts becomes
+//! a gather or a scatter (`prims/indexing.rs`, `prims/gather.rs`), which read each
+//! example's window where it is. (One-hot masks built from the starts would do the same
+//! with elementwise operations only, but XLA then recomputes the starts, with everything
+//! they are computed from, for every element of the masks.)
+//!
 //! [`Rules::batch`]: crate::prims::Rules::batch
 //!
 //! # Loops
@@ -416,9 +423,9 @@ mod tests {
     }
 
     /// `obs.set([y, x], 1.0)` with a batch of `(y, x)`, the common write of an RL
-    /// environment, becomes one `select` under an iota mask: no gather, no loop.
+    /// environment, becomes one scatter into a copy of `obs` per example.
     #[test]
-    fn a_batched_cell_write_is_a_masked_select() {
+    fn a_batched_cell_write_is_a_scatter() {
         let mut b = Builder::new();
         let (obs, y, x) = (b.fresh(f32t(&[3, 4])), b.fresh(i32s()), b.fresh(i32s()));
         let one = b.prim1(Prim::Constant(Constant { value: Array::f32(vec![1, 1], vec![1.0]) }), &[]);
@@ -435,9 +442,10 @@ mod tests {
         assert_eq!(out[0], Array::f32(vec![2, 3, 4], want));
     }
 
-    /// `obs[y, x]` with a batch of `(y, x)`: one-hot selections, made of `select`s only.
+    /// `obs[y, x]` with a batch of `(y, x)`, `x` shared: one gather, each example
+    /// reading its own `obs`.
     #[test]
-    fn a_batched_cell_read_is_a_selection() {
+    fn a_batched_cell_read_is_a_gather() {
         let mut b = Builder::new();
         let (obs, y, x) = (b.fresh(f32t(&[3, 4])), b.fresh(i32s()), b.fresh(i32s()));
         let out = b.prim1(Prim::DynamicSlice(crate::prims::DynamicSlice { sizes: vec![1, 1] }), &[obs, y, x]);
