@@ -43,6 +43,14 @@ fn reduce() {
     assert_close(&example("reduce.pod"), &want, 1e-5);
 }
 
+/// At zero weights the MLP predicts b2 = 0.5 for targets of 1: the loss is 0.25, and
+/// only b2 has a gradient, 2 * (0.5 - 1).
+#[test]
+fn grad() {
+    let want = [Array::f32(vec![], vec![0.25]), Array::f32(vec![1], vec![-1.0])];
+    assert_close(&example("grad.pod"), &want, 1e-5);
+}
+
 /// Every test program under `tests/pass/`: the device agrees with the interpreter, and
 /// the results, as `podc run` prints them, are snapshotted.
 #[test]

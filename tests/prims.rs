@@ -38,8 +38,8 @@ use podracer::ir::{Eqn, Func, Graph, Op, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
     Argmax, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert, Dot, DynamicSlice,
-    DynamicUpdateSlice, Gather, Iota, Prim, Reduce, ReduceOp, Reshape, Scatter, Select, Slice, Transpose, Unary,
-    UnaryOp,
+    DynamicUpdateSlice, Gather, Iota, Prim, Reduce, ReduceOp, Reshape, Scatter, Select, Slice, StopGradient, Transpose,
+    Unary, UnaryOp,
 };
 use podracer::runtime::{Client, Runtime};
 
@@ -347,6 +347,10 @@ fn cases() -> Vec<Case> {
             ));
         }
     }
+
+    // stop_gradient: the identity; values pass bit for bit
+    cs.push(exact("stop_gradient f32", Prim::StopGradient(StopGradient), vec![f32v(&F32_EDGES)]));
+    cs.push(exact("stop_gradient i32", Prim::StopGradient(StopGradient), vec![i32v(&I32_EDGES)]));
 
     // literals: floats must reach the device bit for bit
     let constants = [

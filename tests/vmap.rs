@@ -28,8 +28,8 @@ use podracer::ir::{Func, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
     Argmax, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert, Dot, DynamicSlice,
-    DynamicUpdateSlice, Gather, Iota, Prim, Reduce, ReduceOp, Reshape, Scatter, Select, Slice, Transpose, Unary,
-    UnaryOp,
+    DynamicUpdateSlice, Gather, Iota, Prim, Reduce, ReduceOp, Reshape, Scatter, Select, Slice, StopGradient, Transpose,
+    Unary, UnaryOp,
 };
 use podracer::transform::vmap::{BVal, batch_into, batched_ty, bdim_at, vmap};
 
@@ -276,6 +276,7 @@ fn prim_cases() -> Vec<Case> {
     cs.push(exact("Lt i32", Prim::Compare(Compare { op: CmpOp::Lt }), vec![Gen::I32(vec![4], -2, 2); 2]));
     cs.push(exact("select", Prim::Select(Select), vec![Gen::Bool(s.to_vec()), edgy(&s), edgy(&s)]));
     cs.push(exact("select scalar", Prim::Select(Select), vec![Gen::Bool(vec![]), i32s(&[]), i32s(&[])]));
+    cs.push(exact("stop_gradient", Prim::StopGradient(StopGradient), vec![edgy(&s)]));
     cs.push(exact("convert f32 to i32", Prim::Convert(Convert { to: DType::I32 }), vec![edgy(&s)]));
     cs.push(exact("convert bool to f32", Prim::Convert(Convert { to: DType::F32 }), vec![Gen::Bool(s.to_vec())]));
 
@@ -828,7 +829,12 @@ fn on_device(i: &Instance) -> bool {
         return true;
     };
     match p {
-        Prim::Unary(_) | Prim::Binary(_) | Prim::Compare(_) | Prim::Select(_) | Prim::Convert(_) => !i.rule && all,
+        Prim::Unary(_)
+        | Prim::Binary(_)
+        | Prim::Compare(_)
+        | Prim::Select(_)
+        | Prim::Convert(_)
+        | Prim::StopGradient(_) => !i.rule && all,
         Prim::Constant(_) | Prim::Iota(_) => !i.rule,
         Prim::Reshape(_) | Prim::Concat(_) => !i.rule && all_or_one,
         Prim::Broadcast(_)

@@ -41,6 +41,9 @@ pub(crate) const NAMES: &[&str] = &[
     "ones",
     "full",
     "set",
+    "grad",
+    "value_and_grad",
+    "stop_gradient",
 ];
 
 impl Elab<'_> {
@@ -58,10 +61,13 @@ impl Elab<'_> {
         if func.name == "vmap" {
             return Some(self.vmap(args, span));
         }
+        if let name @ ("grad" | "value_and_grad") = func.name.as_str() {
+            return Some(self.grad(name, name == "value_and_grad", args, span));
+        }
         let name = func.name.as_str();
         let (min, max) = match name {
             "exp" | "log" | "tanh" | "sqrt" | "abs" | "floor" | "sin" | "cos" => (1, 1),
-            "logsumexp" | "softmax" | "arange" | "zeros" | "ones" => (1, 1),
+            "logsumexp" | "softmax" | "arange" | "zeros" | "ones" | "stop_gradient" => (1, 1),
             "min" | "max" | "reshape" | "full" => (2, 2),
             "clamp" | "where" | "set" => (3, 3),
             "sum" | "mean" | "reduce_max" | "reduce_min" | "argmax" | "transpose" | "concatenate" => (1, 2),
@@ -173,6 +179,7 @@ impl Elab<'_> {
                 }
             }
             "set" => self.set(args),
+            "stop_gradient" => self.stop_gradient(&args[0]),
             _ => unreachable!("arity table lists exactly the builtins"),
         })
     }
@@ -365,6 +372,8 @@ impl Elab<'_> {
 
     /// `logsumexp` and `softmax` over the last axis, shifted by the maximum for stability
     /// (a non-finite maximum shifts by 0, as in JAX, so that all `-inf` rows stay finite).
+    /// The shift cancels out of the result, so, as JAX does, it is a `stop_gradient`:
+    /// the derivative does not go through the maximum.
     fn normalize(&mut self, name: &str, e: &ast::Expr) -> Val {
         let v = self.float_arg(name, e);
         let Ty::Array(_, dims) = v.ty.clone() else { return v };
@@ -393,6 +402,7 @@ impl Elab<'_> {
         let zero = self.known_val(Array::f32(vec![], vec![0.0]), Ty::scalar(DType::F32), false);
         let zero = self.broadcast_to(&zero, dims_of(&m.ty));
         let m = self.apply(Prim::Select(Select), &[&finite, &m, &zero]);
+        let m = self.apply(Prim::StopGradient(StopGradient), &[&m]);
         let widen = |x| Prim::Broadcast(Broadcast { shape: shape.clone(), dims: x });
         let mb = self.apply(widen(keep.clone()), &[&m]);
         let d = self.apply(Prim::Binary(Binary { op: BinaryOp::Sub }), &[&v, &mb]);

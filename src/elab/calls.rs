@@ -2,7 +2,7 @@
 
 use super::*;
 
-impl Elab<'_> {
+impl<'p> Elab<'p> {
     // ---------------------------------------------------------------- calls
 
     pub(super) fn call(
@@ -106,6 +106,17 @@ impl Elab<'_> {
         let v = self.inline(f, r.module, sizes, args, &ret);
         self.stack.pop();
         v
+    }
+
+    /// The function that the first argument of a transform names (`vmap(f, ..)`,
+    /// `grad(f, ..)`), if it names one defined with `fn`.
+    pub(crate) fn named_fn(&self, e: &ast::Expr) -> Option<(ItemRef, &'p ast::Fn)> {
+        let ExprKind::Name(id) = &e.kind else { return None };
+        let r = self.prog.modules[self.module].scope.get(&id.name).copied()?;
+        match self.prog.item(r) {
+            ast::Item::Fn(f) => Some((r, f)),
+            ast::Item::Const(_) | ast::Item::Struct(_) | ast::Item::Env(_) => None,
+        }
     }
 
     /// A function's parameter and result types, resolved in its own module with its size

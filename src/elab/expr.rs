@@ -61,7 +61,20 @@ impl Elab<'_> {
         self.expr_with(e, None)
     }
 
+    /// Elaborates `e`; in build mode the values it builds remember `e`'s span (the
+    /// innermost expression wins), for diagnostics about IR values (see `elab/grad.rs`).
     pub(super) fn expr_with(&mut self, e: &ast::Expr, expected: Option<&Ty>) -> Val {
+        let outer = self.b.as_mut().map(|b| b.set_span(Some(e.span)));
+        let v = self.expr_kind(e, expected);
+        // `vmap` and `grad` build into a builder of their own meanwhile, and put this one
+        // back, so this restores the span on the builder that was current at the start.
+        if let (Some(b), Some(span)) = (self.b.as_mut(), outer) {
+            b.set_span(span);
+        }
+        v
+    }
+
+    fn expr_kind(&mut self, e: &ast::Expr, expected: Option<&Ty>) -> Val {
         match &e.kind {
             ExprKind::Int(n) => match i32::try_from(*n) {
                 Ok(x) => self.known_val(Array::i32(vec![], vec![x]), Ty::scalar(DType::I32), true),

@@ -16,6 +16,7 @@ mod calls;
 mod control;
 pub mod env;
 mod expr;
+mod grad;
 mod items;
 mod ops;
 mod random;

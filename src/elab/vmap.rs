@@ -12,7 +12,7 @@
 use super::{Elab, Val};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::syntax::ast::{self, ExprKind};
+use crate::syntax::ast;
 use crate::syntax::span::Span;
 use crate::transform::vmap::{BVal, batch_into, bdim_at};
 use crate::types::error::TypeError;
@@ -24,15 +24,7 @@ impl Elab<'_> {
         let Some((fname, rest)) = args.split_first() else {
             return self.err(TypeError::Arity { what: "`vmap`".into(), expected: 2, found: 0, span, decl: None });
         };
-        let target = match &fname.kind {
-            ExprKind::Name(id) => {
-                self.prog.modules[self.module].scope.get(&id.name).copied().and_then(|r| match self.prog.item(r) {
-                    ast::Item::Fn(f) => Some((r, f)),
-                    ast::Item::Const(_) | ast::Item::Struct(_) | ast::Item::Env(_) => None,
-                })
-            }
-            _ => None,
-        };
+        let target = self.named_fn(fname);
         let vals: Vec<Val> = rest.iter().map(|a| self.expr(a)).collect();
         let Some((r, f)) = target else {
             let expected = "the name of a function defined with `fn`".into();

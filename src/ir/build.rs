@@ -1,30 +1,53 @@
 //! Building IR: a [`Builder`] appends equations, infers their result types through each
 //! primitive's own rule, closes loop bodies over what they capture, and drops dead code.
+//!
+//! The builder also remembers, for each value, the source span it was built for, when
+//! the elaborator says ([`Builder::set_span`]). The IR itself carries no spans; this side
+//! table lets a transform's error about a value (`grad`'s "not differentiable") point at
+//! the expression that made it.
 
 use super::{Eqn, Func, Graph, Op, Var};
 use crate::array::ArrayTy;
 use crate::prims::Prim;
+use crate::syntax::span::Span;
 use std::collections::{HashMap, HashSet};
 
 #[derive(Default)]
 pub struct Builder {
     types: Vec<ArrayTy>,
+    /// The source span each value was built for, if known.
+    origins: Vec<Option<Span>>,
+    /// The span given to the values built from now on.
+    span: Option<Span>,
     /// Equations of the graphs being built; the last is the innermost open loop body.
     frames: Vec<Vec<Eqn>>,
 }
 
 impl Builder {
     pub fn new() -> Builder {
-        Builder { types: vec![], frames: vec![vec![]] }
+        Builder { types: vec![], origins: vec![], span: None, frames: vec![vec![]] }
     }
 
     pub fn ty(&self, v: Var) -> &ArrayTy {
         &self.types[v.0 as usize]
     }
 
+    /// Sets the source span of the values built from now on; returns the previous one,
+    /// for the caller to restore.
+    pub fn set_span(&mut self, span: Option<Span>) -> Option<Span> {
+        std::mem::replace(&mut self.span, span)
+    }
+
+    /// The source span each value was built for (indexed by var), where the builder
+    /// was told one.
+    pub fn origins(&self) -> &[Option<Span>] {
+        &self.origins
+    }
+
     /// A new value of a type, defined by whoever asks (a parameter).
     pub fn fresh(&mut self, ty: ArrayTy) -> Var {
         self.types.push(ty);
+        self.origins.push(self.span);
         Var(self.types.len() as u32 - 1)
     }
 

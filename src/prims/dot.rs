@@ -1,12 +1,15 @@
 //! Linear algebra: `dot_general`, the one contraction every product (`@`, matrix-vector,
 //! batched matmul) is built from.
 
+use super::Transpose;
 use super::elementwise::flush;
 use super::util::{check_axes, expect_arity, indices, list, strides};
 use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
+use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::lower::stablehlo::LowerCx;
+use crate::transform::grad::NotDifferentiable;
 use crate::transform::vmap::BVal;
 
 /// `stablehlo.dot_general`: multiplies along the contracting dimensions and sums them
@@ -186,4 +189,74 @@ impl Rules for Dot {
         };
         vec![BVal::batched(b.prim1(Prim::Dot(dot), &[l.var, r.var]), axis)]
     }
+
+    /// Each operand's cotangent is the cotangent contracted with the other operand over
+    /// the other's free dimensions, batch dimensions paired (JAX's
+    /// `_dot_general_transpose_lhs`/`_rhs`), then transposed into the operand's order.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let (x, y, ct) = (args[0], args[1], cts[0]);
+        let (x_rank, y_rank) = (b.ty(x).rank(), b.ty(y).rank());
+        let x_free = free(x_rank, &self.lhs_batch, &self.lhs_contract);
+        let y_free = free(y_rank, &self.rhs_batch, &self.rhs_contract);
+        let nb = self.lhs_batch.len();
+        let ct_batch: Vec<usize> = (0..nb).collect();
+        let ct_x_free: Vec<usize> = (nb..nb + x_free.len()).collect();
+        let ct_y_free: Vec<usize> = (nb + x_free.len()..nb + x_free.len() + y_free.len()).collect();
+        // Contracting dimensions of one operand, in the order of their partners in the
+        // other: that is the order the other's leftover dimensions come out in.
+        let by_partner = |mine: &[usize], theirs: &[usize]| {
+            let mut pairs: Vec<(usize, usize)> = theirs.iter().copied().zip(mine.iter().copied()).collect();
+            pairs.sort_unstable();
+            pairs.into_iter().map(|(_, m)| m).collect::<Vec<usize>>()
+        };
+        // ct_x = dot(ct, y): [batch, x free, y's contracting (in y's order)].
+        let dx = Dot {
+            lhs_batch: ct_batch.clone(),
+            rhs_batch: self.rhs_batch.clone(),
+            lhs_contract: ct_y_free,
+            rhs_contract: y_free.clone(),
+        };
+        let dx = b.prim1(Prim::Dot(dx), &[ct, y]);
+        let src: Vec<usize> = self
+            .lhs_batch
+            .iter()
+            .chain(&x_free)
+            .copied()
+            .chain(by_partner(&self.lhs_contract, &self.rhs_contract))
+            .collect();
+        let dx = into_order(b, dx, &src);
+        // ct_y = dot(x, ct): [batch, y's contracting (in x's order), y free].
+        let dy = Dot {
+            lhs_batch: self.lhs_batch.clone(),
+            rhs_batch: ct_batch,
+            lhs_contract: x_free,
+            rhs_contract: ct_x_free,
+        };
+        let dy = b.prim1(Prim::Dot(dy), &[x, ct]);
+        let src: Vec<usize> = self
+            .rhs_batch
+            .iter()
+            .copied()
+            .chain(by_partner(&self.rhs_contract, &self.lhs_contract))
+            .chain(y_free)
+            .collect();
+        let dy = into_order(b, dy, &src);
+        Ok(vec![Some(dx), Some(dy)])
+    }
+}
+
+/// `v`, whose dimension `p` is dimension `src[p]` of an operand, transposed into the
+/// operand's order.
+fn into_order(b: &mut Builder, v: Var, src: &[usize]) -> Var {
+    let perm: Vec<usize> = (0..src.len()).map(|d| src.iter().position(|&s| s == d).expect("a permutation")).collect();
+    if perm.iter().enumerate().all(|(i, &p)| i == p) {
+        return v;
+    }
+    b.prim1(Prim::Transpose(Transpose { perm }), &[v])
 }

@@ -18,8 +18,10 @@
 use super::util::expect_arity;
 use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
+use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::lower::stablehlo::LowerCx;
+use crate::transform::grad::{NotDifferentiable, binary, compare, full_like, mul, scaled, select, unary};
 use crate::transform::vmap::{BVal, broadcasting, vectorized};
 
 /// A unary elementwise operator.
@@ -455,6 +457,66 @@ impl Rules for Unary {
     fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
         vectorized(b, Prim::Unary(self.clone()), args)
     }
+
+    /// The derivatives JAX gives: `abs` has `sign(x)` (0 at 0), `floor` none (zero
+    /// wherever it exists), and `not` is defined on integers and bool only.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let (x, y, ct) = (args[0], outs[0], cts[0]);
+        let dydx = match self.op {
+            UnaryOp::Neg => return Ok(vec![Some(unary(b, UnaryOp::Neg, ct))]),
+            UnaryOp::Exp => y,
+            UnaryOp::Log => return Ok(vec![Some(binary(b, BinaryOp::Div, ct, x))]),
+            UnaryOp::Log1p => {
+                let one = full_like(b, 1.0, x);
+                let one_plus_x = binary(b, BinaryOp::Add, one, x);
+                return Ok(vec![Some(binary(b, BinaryOp::Div, ct, one_plus_x))]);
+            }
+            UnaryOp::Tanh => {
+                let (one, y2) = (full_like(b, 1.0, y), mul(b, y, y));
+                binary(b, BinaryOp::Sub, one, y2)
+            }
+            UnaryOp::Sqrt => {
+                let two_y = binary(b, BinaryOp::Add, y, y);
+                return Ok(vec![Some(binary(b, BinaryOp::Div, ct, two_y))]);
+            }
+            UnaryOp::Abs => sign(b, x),
+            UnaryOp::Floor => return Ok(vec![None]),
+            UnaryOp::Sin => unary(b, UnaryOp::Cos, x),
+            UnaryOp::Cos => {
+                let s = unary(b, UnaryOp::Sin, x);
+                unary(b, UnaryOp::Neg, s)
+            }
+            UnaryOp::Not => return Err(NotDifferentiable),
+        };
+        scaled(b, ct, dydx)
+    }
+}
+
+/// `sign(x)` of an f32 array: -1 below zero, 1 above, 0 at zero (and at NaN).
+fn sign(b: &mut Builder, x: Var) -> Var {
+    let zero = full_like(b, 0.0, x);
+    let pos = compare(b, CmpOp::Gt, x, zero);
+    let neg = compare(b, CmpOp::Lt, x, zero);
+    let one = full_like(b, 1.0, x);
+    let minus_one = full_like(b, -1.0, x);
+    let s = select(b, neg, minus_one, zero);
+    select(b, pos, one, s)
+}
+
+/// JAX's `_balanced_eq(x, z, y)`: where `x` is the result `z` of a max or min, 1, halved
+/// when `y` is too (a tie shares the derivative); elsewhere 0.
+fn balanced(b: &mut Builder, x: Var, z: Var, y: Var) -> Var {
+    let x_won = compare(b, CmpOp::Eq, x, z);
+    let y_won = compare(b, CmpOp::Eq, y, z);
+    let (zero, half, one) = (full_like(b, 0.0, z), full_like(b, 0.5, z), full_like(b, 1.0, z));
+    let share = select(b, y_won, half, one);
+    select(b, x_won, share, zero)
 }
 
 /// Emits `op(a, b)` on operands of type `ty`.
@@ -526,6 +588,68 @@ impl Rules for Binary {
     fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
         broadcasting(b, Prim::Binary(self.clone()), args)
     }
+
+    /// JAX's derivatives: `rem(x, y) = x - y * trunc(x / y)`, `pow` with JAX's guards (no
+    /// derivative in `y` where `x` is 0, none in `x` where `y` is 0), max and min sharing
+    /// ties equally. The bitwise operators and shifts are defined on integers and bool
+    /// only.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let (x, y, z, ct) = (args[0], args[1], outs[0], cts[0]);
+        let neg = |b: &mut Builder, v| unary(b, UnaryOp::Neg, v);
+        let (dx, dy) = match self.op {
+            BinaryOp::Add => (ct, ct),
+            BinaryOp::Sub => (ct, neg(b, ct)),
+            BinaryOp::Mul => (mul(b, ct, y), mul(b, ct, x)),
+            BinaryOp::Div => {
+                let dx = binary(b, BinaryOp::Div, ct, y);
+                let dz = mul(b, dx, z);
+                (dx, neg(b, dz))
+            }
+            BinaryOp::Rem => {
+                let q = binary(b, BinaryOp::Div, x, y);
+                let t = trunc(b, q);
+                let d = mul(b, ct, t);
+                (ct, neg(b, d))
+            }
+            BinaryOp::Pow => {
+                let (zero, one) = (full_like(b, 0.0, x), full_like(b, 1.0, x));
+                let y_is_0 = compare(b, CmpOp::Eq, y, zero);
+                let y_minus_1 = binary(b, BinaryOp::Sub, y, one);
+                let p = binary(b, BinaryOp::Pow, x, y_minus_1);
+                let jac = mul(b, y, p);
+                let jac = select(b, y_is_0, zero, jac);
+                let x_is_0 = compare(b, CmpOp::Eq, x, zero);
+                let safe_x = select(b, x_is_0, one, x);
+                let log_x = unary(b, UnaryOp::Log, safe_x);
+                let dy = mul(b, log_x, z);
+                (mul(b, ct, jac), mul(b, ct, dy))
+            }
+            BinaryOp::Max | BinaryOp::Min => {
+                let (sx, sy) = (balanced(b, x, z, y), balanced(b, y, z, x));
+                (mul(b, ct, sx), mul(b, ct, sy))
+            }
+            BinaryOp::And | BinaryOp::Or | BinaryOp::Xor | BinaryOp::ShiftLeft | BinaryOp::ShiftRightLogical => {
+                return Err(NotDifferentiable);
+            }
+        };
+        Ok(vec![Some(dx), Some(dy)])
+    }
+}
+
+/// Rounds toward zero: `floor(|q|)` with `q`'s sign.
+fn trunc(b: &mut Builder, q: Var) -> Var {
+    let a = unary(b, UnaryOp::Abs, q);
+    let f = unary(b, UnaryOp::Floor, a);
+    let zero = full_like(b, 0.0, q);
+    let negative = compare(b, CmpOp::Lt, q, zero);
+    let minus_f = unary(b, UnaryOp::Neg, f);
+    select(b, negative, minus_f, f)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -617,6 +741,18 @@ impl Rules for Compare {
     fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
         broadcasting(b, Prim::Compare(self.clone()), args)
     }
+
+    /// A bool result: piecewise constant, no derivative. (As a `select` predicate it
+    /// needs none: `select` sends nothing to its predicate.)
+    fn vjp(
+        &self,
+        _b: &mut Builder,
+        _args: &[Var],
+        _outs: &[Var],
+        _cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        Err(NotDifferentiable)
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -670,6 +806,19 @@ impl Rules for Select {
     fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
         broadcasting(b, Prim::Select(Select), args)
     }
+
+    /// Each branch gets the cotangent where it was chosen; the predicate none.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let (p, ct) = (args[0], cts[0]);
+        let zero = full_like(b, 0.0, ct);
+        Ok(vec![None, Some(select(b, p, ct, zero)), Some(select(b, p, zero, ct))])
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -720,5 +869,20 @@ impl Rules for Convert {
 
     fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
         vectorized(b, Prim::Convert(self.clone()), args)
+    }
+
+    /// The identity from f32 to f32. A conversion between an integer or bool and a float
+    /// has no derivative: an integer made from floats is piecewise constant in them.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        match (b.ty(args[0]).dtype, self.to) {
+            (DType::F32, DType::F32) => Ok(vec![Some(cts[0])]),
+            (DType::F32 | DType::I32 | DType::U32 | DType::Bool, _) => Err(NotDifferentiable),
+        }
     }
 }

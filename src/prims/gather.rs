@@ -11,10 +11,13 @@
 //! the starts' producers for every element of the masks.
 
 use super::util::{check_axes, clamp_start, concat_data, expect_arity, i64_array, indices, list, ravel, strides, take};
+use super::{Binary, BinaryOp, DynamicSlice, Reshape, Transpose};
 use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
+use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::lower::stablehlo::{LowerCx, fn_type, tensor_type};
+use crate::transform::grad::{self, NotDifferentiable};
 use crate::transform::vmap::{BVal, batch_size, bdim_at};
 
 /// `stablehlo.gather`: windows of `operand` at the start indices held by `indices`.
@@ -253,6 +256,92 @@ impl Rules for Gather {
         };
         vec![BVal::batched(b.prim1(Prim::Gather(g), &[x.var, idx.var]), out_axis)]
     }
+
+    /// The transpose of a gather adds each window's cotangent into the operand where the
+    /// window was read (JAX's scatter-add), at the same clamped starts; the indices get
+    /// none. With a scatter that replaces, that is one [`Scatter`] into zeros when no two
+    /// windows can meet: every batch dimension of the indices pairs with an operand
+    /// batching dimension (each example reads its own operand once, as `dynamic_slice`'s
+    /// batching rule emits it). Windows that may overlap (batched starts into a shared
+    /// operand) are added one batch position at a time, in a loop over the unpaired batch
+    /// dimensions, each step a scatter of the windows that cannot meet.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let (x, idx, ct) = (args[0], args[1], cts[0]);
+        let x_ty = b.ty(x).clone();
+        let idx_shape = b.ty(idx).shape.clone();
+        let ivd = idx_shape.len() - 1;
+        let scatter = |indices_batching_dims: Vec<usize>, update_window_dims: Vec<usize>| Scatter {
+            update_window_dims,
+            inserted_window_dims: self.collapsed_slice_dims.clone(),
+            operand_batching_dims: self.operand_batching_dims.clone(),
+            indices_batching_dims,
+            scatter_dims_to_operand_dims: self.start_index_map.clone(),
+        };
+        // Batch dimensions of the indices whose windows may meet, and the result dimension
+        // holding each batch dimension of the indices.
+        let unpaired: Vec<usize> = (0..ivd).filter(|c| !self.indices_batching_dims.contains(c)).collect();
+        let out_rank = b.ty(ct).rank();
+        let batch_out: Vec<usize> = (0..out_rank).filter(|r| !self.offset_dims.contains(r)).collect();
+        let zeros = grad::zeros(b, &x_ty);
+        if unpaired.is_empty() {
+            let s = scatter(self.indices_batching_dims.clone(), self.offset_dims.clone());
+            return Ok(vec![Some(b.prim1(Prim::Scatter(s), &[zeros, idx, ct])), None]);
+        }
+        // Bring the unpaired dimensions to the front, flattened into one of `m`.
+        let m: usize = unpaired.iter().map(|&c| idx_shape[c]).product();
+        let paired: Vec<usize> = (0..ivd).filter(|c| !unpaired.contains(c)).collect();
+        let idx_perm: Vec<usize> = unpaired.iter().chain(&paired).copied().chain([ivd]).collect();
+        let idx_rows = to_rows(b, idx, &idx_perm, unpaired.len(), m);
+        let dropped: Vec<usize> = unpaired.iter().map(|&c| batch_out[c]).collect();
+        let kept: Vec<usize> = (0..out_rank).filter(|r| !dropped.contains(r)).collect();
+        let ct_perm: Vec<usize> = dropped.iter().chain(&kept).copied().collect();
+        let ct_rows = to_rows(b, ct, &ct_perm, dropped.len(), m);
+        // Without them, the paired batch dimensions are numbered in order, and so are the
+        // result's dimensions that remain.
+        let renumbered = |d: usize, gone: &[usize]| d - gone.iter().filter(|&&g| g < d).count();
+        let s = scatter(
+            self.indices_batching_dims.iter().map(|&c| renumbered(c, &unpaired)).collect(),
+            self.offset_dims.iter().map(|&r| renumbered(r, &dropped)).collect(),
+        );
+
+        b.begin_loop();
+        let k = b.fresh(ArrayTy::scalar(DType::I32));
+        let acc = b.fresh(x_ty.clone());
+        let idx_k = row(b, idx_rows, k);
+        let ct_k = row(b, ct_rows, k);
+        let zeros_k = grad::zeros(b, &x_ty);
+        let add = b.prim1(Prim::Scatter(s), &[zeros_k, idx_k, ct_k]);
+        let next = b.prim1(Prim::Binary(Binary { op: BinaryOp::Add }), &[acc, add]);
+        let m = i64::try_from(m).expect("sizes fit in i64");
+        let out = b.end_loop(0, m, &[zeros], vec![k, acc], vec![next])[0];
+        Ok(vec![Some(out), None])
+    }
+}
+
+/// `v` transposed by `perm`, with its first `lead` dimensions flattened into one of `m`.
+fn to_rows(b: &mut Builder, v: Var, perm: &[usize], lead: usize, m: usize) -> Var {
+    let v = b.prim1(Prim::Transpose(Transpose { perm: perm.to_vec() }), &[v]);
+    let shape = b.ty(v).shape.clone();
+    let rows: Vec<usize> = std::iter::once(m).chain(shape[lead..].iter().copied()).collect();
+    b.prim1(Prim::Reshape(Reshape { shape: rows }), &[v])
+}
+
+/// Row `k` (an i32 scalar) of `rows`, without its leading dimension.
+fn row(b: &mut Builder, rows: Var, k: Var) -> Var {
+    let shape = b.ty(rows).shape.clone();
+    let mut sizes = shape.clone();
+    sizes[0] = 1;
+    let zero = grad::index(b, 0);
+    let mut args = vec![rows, k];
+    args.extend(std::iter::repeat_n(zero, shape.len() - 1));
+    let r = b.prim1(Prim::DynamicSlice(DynamicSlice { sizes }), &args);
+    b.prim1(Prim::Reshape(Reshape { shape: shape[1..].to_vec() }), &[r])
 }
 
 /// `stablehlo.scatter` that replaces: `operand` with windows overwritten by `updates`, at
@@ -481,5 +570,34 @@ impl Rules for Scatter {
             idx.var
         };
         vec![BVal::batched(b.prim1(Prim::Scatter(s), &[x, idx, upd]), 0)]
+    }
+
+    /// The operand gets the cotangent with the windows zeroed (they were overwritten);
+    /// the updates get the windows, read by the [`Gather`] of the same dimension numbers
+    /// at the same clamped starts; the indices get none. Where windows overlap, which
+    /// write won is unspecified, and so is which update gets the cotangent (the batching
+    /// rules emit no overlapping windows).
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let (idx, upd, ct) = (args[1], args[2], cts[0]);
+        let upd_ty = b.ty(upd).clone();
+        let rank = b.ty(ct).rank();
+        let zeros = grad::zeros(b, &upd_ty);
+        let dx = b.prim1(Prim::Scatter(self.clone()), &[ct, idx, zeros]);
+        let g = Gather {
+            offset_dims: self.update_window_dims.clone(),
+            collapsed_slice_dims: self.inserted_window_dims.clone(),
+            operand_batching_dims: self.operand_batching_dims.clone(),
+            indices_batching_dims: self.indices_batching_dims.clone(),
+            start_index_map: self.scatter_dims_to_operand_dims.clone(),
+            slice_sizes: self.window(rank, &upd_ty.shape),
+        };
+        let du = b.prim1(Prim::Gather(g), &[ct, idx]);
+        Ok(vec![Some(dx), None, Some(du)])
     }
 }

@@ -34,6 +34,7 @@ use crate::array::{Array, ArrayTy};
 use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::lower::stablehlo::LowerCx;
+use crate::transform::grad::{self, NotDifferentiable};
 use crate::transform::vmap::{BVal, batch_size, bdim_at};
 
 /// `x[start[0]..limit[0], ...]` with stride 1.
@@ -121,6 +122,23 @@ impl Rules for Slice {
         limit.insert(a, b.ty(x.var).shape[a]);
         vec![BVal::batched(b.prim1(Prim::Slice(Slice { start, limit }), &[x.var]), a)]
     }
+
+    /// The cotangent written into zeros at the window (there is no pad primitive; a
+    /// `dynamic_update_slice` at constant starts is one).
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let ty = b.ty(args[0]).clone();
+        let mut vars = vec![grad::zeros(b, &ty), cts[0]];
+        for &s in &self.start {
+            vars.push(grad::index(b, s as i64));
+        }
+        Ok(vec![Some(b.prim1(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &vars))])
+    }
 }
 
 impl Rules for DynamicSlice {
@@ -182,6 +200,23 @@ impl Rules for DynamicSlice {
         }
         vars.insert(0, x.var);
         vec![BVal { var: b.prim1(Prim::DynamicSlice(DynamicSlice { sizes }), &vars), axis: x.axis }]
+    }
+
+    /// The cotangent written into zeros at the same starts, which clamp the same way
+    /// (the update has the window's size); the starts get none.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let ty = b.ty(args[0]).clone();
+        let mut vars = vec![grad::zeros(b, &ty), cts[0]];
+        vars.extend_from_slice(&args[1..]);
+        let mut out = vec![Some(b.prim1(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &vars))];
+        out.extend(args[1..].iter().map(|_| None));
+        Ok(out)
     }
 }
 
@@ -255,6 +290,29 @@ impl Rules for DynamicUpdateSlice {
         let mut vars = vec![bdim_at(b, x, 0, size), bdim_at(b, u, 0, size), zero];
         vars.extend(starts.iter().map(|s| if s.is_batched() { zero } else { s.var }));
         vec![BVal::batched(b.prim1(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &vars), 0)]
+    }
+
+    /// The operand gets the cotangent with the window zeroed (it was overwritten); the
+    /// update gets the window, read at the same starts, which clamp the same way; the
+    /// starts get none.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let (u, starts) = (args[1], &args[2..]);
+        let u_ty = b.ty(u).clone();
+        let mut vars = vec![cts[0], grad::zeros(b, &u_ty)];
+        vars.extend_from_slice(starts);
+        let dx = b.prim1(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &vars);
+        let mut vars = vec![cts[0]];
+        vars.extend_from_slice(starts);
+        let du = b.prim1(Prim::DynamicSlice(DynamicSlice { sizes: u_ty.shape }), &vars);
+        let mut out = vec![Some(dx), Some(du)];
+        out.extend(starts.iter().map(|_| None));
+        Ok(out)
     }
 }
 

@@ -3,9 +3,12 @@
 
 use super::util::{check_axes, concat_data, expect_arity, i64_array, indices, list, ravel, strides, take};
 use super::{Prim, Rules};
+use super::{Reduce, ReduceOp, Slice};
 use crate::array::{Array, ArrayTy};
+use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::lower::stablehlo::LowerCx;
+use crate::transform::grad::NotDifferentiable;
 use crate::transform::vmap::{BVal, batch_size, bdim_at};
 
 /// `stablehlo.broadcast_in_dim`: operand dimension `k` becomes result dimension
@@ -94,6 +97,37 @@ impl Rules for Broadcast {
         let dims = std::iter::once(0).chain(self.dims.iter().map(|d| d + 1)).collect();
         vec![BVal::batched(b.prim1(Prim::Broadcast(Broadcast { shape, dims }), &[x]), 0)]
     }
+
+    /// Every element of the operand was copied to several places: its cotangent is the
+    /// sum over them. Sum the new dimensions and those the operand repeated (size 1),
+    /// put the rest in the operand's order, and reshape the 1s back in.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let x_shape = b.ty(args[0]).shape.clone();
+        let repeated = |k: usize| x_shape[k] == 1 && self.shape[self.dims[k]] != 1;
+        let kept: Vec<usize> = (0..x_shape.len()).filter(|&k| !repeated(k)).collect();
+        let summed: Vec<usize> = (0..self.shape.len()).filter(|d| !kept.iter().any(|&k| self.dims[k] == *d)).collect();
+        let mut ct = cts[0];
+        if !summed.is_empty() {
+            ct = b.prim1(Prim::Reduce(Reduce { op: ReduceOp::Sum, axes: summed }), &[ct]);
+        }
+        // The summed result holds the kept dimensions in the order of `dims`.
+        let mut order: Vec<usize> = kept.clone();
+        order.sort_by_key(|&k| self.dims[k]);
+        let perm: Vec<usize> = kept.iter().map(|k| order.iter().position(|o| o == k).expect("kept")).collect();
+        if perm.iter().enumerate().any(|(i, &p)| i != p) {
+            ct = b.prim1(Prim::Transpose(Transpose { perm }), &[ct]);
+        }
+        if b.ty(ct).shape != x_shape {
+            ct = b.prim1(Prim::Reshape(Reshape { shape: x_shape }), &[ct]);
+        }
+        Ok(vec![Some(ct)])
+    }
 }
 
 impl Rules for Reshape {
@@ -134,6 +168,18 @@ impl Rules for Reshape {
         let x = bdim_at(b, args[0], 0, size);
         let shape = std::iter::once(size).chain(self.shape.iter().copied()).collect();
         vec![BVal::batched(b.prim1(Prim::Reshape(Reshape { shape }), &[x]), 0)]
+    }
+
+    /// The cotangent, reshaped back.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let shape = b.ty(args[0]).shape.clone();
+        Ok(vec![Some(b.prim1(Prim::Reshape(Reshape { shape }), &[cts[0]]))])
     }
 }
 
@@ -177,6 +223,21 @@ impl Rules for Transpose {
         let a = x.axis.expect("the operand is batched");
         let perm = std::iter::once(a).chain(self.perm.iter().map(|&p| if p >= a { p + 1 } else { p })).collect();
         vec![BVal::batched(b.prim1(Prim::Transpose(Transpose { perm }), &[x.var]), 0)]
+    }
+
+    /// The cotangent, transposed by the inverse permutation.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        _args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let mut inverse = vec![0; self.perm.len()];
+        for (i, &p) in self.perm.iter().enumerate() {
+            inverse[p] = i;
+        }
+        Ok(vec![Some(b.prim1(Prim::Transpose(Transpose { perm: inverse }), &[cts[0]]))])
     }
 }
 
@@ -257,5 +318,28 @@ impl Rules for Concat {
         let size = batch_size(b, args);
         let vars: Vec<_> = args.iter().map(|&x| bdim_at(b, x, 0, size)).collect();
         vec![BVal::batched(b.prim1(Prim::Concat(Concat { axis: self.axis + 1 }), &vars), 0)]
+    }
+
+    /// Each operand gets its own stretch of the cotangent along the axis.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let ct_shape = b.ty(cts[0]).shape.clone();
+        let mut offset = 0;
+        let mut out = vec![];
+        for &a in args {
+            let len = b.ty(a).shape[self.axis];
+            let mut start = vec![0; ct_shape.len()];
+            let mut limit = ct_shape.clone();
+            start[self.axis] = offset;
+            limit[self.axis] = offset + len;
+            offset += len;
+            out.push(Some(b.prim1(Prim::Slice(Slice { start, limit }), &[cts[0]])));
+        }
+        Ok(out)
     }
 }

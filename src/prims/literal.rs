@@ -3,8 +3,10 @@
 use super::util::{expect_arity, indices};
 use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
+use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::lower::stablehlo::LowerCx;
+use crate::transform::grad::NotDifferentiable;
 use crate::transform::vmap::BVal;
 
 /// A constant array. Lowered as `stablehlo.constant` with every float written so that it
@@ -93,6 +95,17 @@ impl Rules for Constant {
     fn batch(&self, b: &mut Builder, _args: &[BVal]) -> Vec<BVal> {
         vec![BVal::unbatched(b.prim1(Prim::Constant(self.clone()), &[]))]
     }
+
+    /// No arguments, so nothing to differentiate: a constant depends on no parameter.
+    fn vjp(
+        &self,
+        _b: &mut Builder,
+        _args: &[Var],
+        _outs: &[Var],
+        _cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        Ok(vec![])
+    }
 }
 
 impl Rules for Iota {
@@ -134,5 +147,17 @@ impl Rules for Iota {
     /// Never batched, as a constant.
     fn batch(&self, b: &mut Builder, _args: &[BVal]) -> Vec<BVal> {
         vec![BVal::unbatched(b.prim1(Prim::Iota(self.clone()), &[]))]
+    }
+
+    /// No arguments, as a constant: an iota depends on no parameter, so `grad` never
+    /// asks; an f32 iota in a differentiated computation is a constant.
+    fn vjp(
+        &self,
+        _b: &mut Builder,
+        _args: &[Var],
+        _outs: &[Var],
+        _cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        Ok(vec![])
     }
 }

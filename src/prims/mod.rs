@@ -2,10 +2,11 @@
 //!
 //! Every primitive is defined in exactly one place, in the file of its family, and that
 //! place carries all of its rules through the [`Rules`] trait: the type/shape rule, the
-//! reference evaluation, the StableHLO lowering and the batching rule (for `vmap`). The
-//! trait has no default bodies, so a new primitive does not compile until every rule
-//! exists. (Differentiation rules join the trait when that transform arrives.)
+//! reference evaluation, the StableHLO lowering, the batching rule (for `vmap`) and the
+//! derivative (for `grad`). The trait has no default bodies, so a new primitive does not
+//! compile until every rule exists, and "not differentiable" is a written decision.
 
+pub mod ad;
 pub mod dot;
 pub mod elementwise;
 pub mod gather;
@@ -19,10 +20,13 @@ pub mod util;
 mod tests;
 
 use crate::array::{Array, ArrayTy};
+use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::lower::stablehlo::LowerCx;
+use crate::transform::grad::NotDifferentiable;
 use crate::transform::vmap::BVal;
 
+pub use ad::StopGradient;
 pub use dot::Dot;
 pub use elementwise::{Binary, BinaryOp, CmpOp, Compare, Convert, Select, Unary, UnaryOp};
 pub use gather::{Gather, Scatter};
@@ -57,6 +61,22 @@ pub trait Rules {
     /// batched (the machinery copies an equation with none unchanged). Each result's batch
     /// axis may be wherever is cheapest, or `None` if it does not vary.
     fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal>;
+
+    /// The derivative, as a vector-Jacobian product (see `transform::grad`): given the
+    /// arguments `args` and results `outs` of one application and a cotangent for each
+    /// result (`cts`, f32, of the results' types), emits into `b` the cotangent of each
+    /// argument: `Some` of the argument's type, or `None` where no derivative flows
+    /// (integer and bool arguments such as indices and predicates, or a derivative that
+    /// is zero wherever it exists). `Err(NotDifferentiable)` says that the result has no
+    /// derivative at all (argmax, comparisons, conversions between integers and floats).
+    /// Only called on f32 results, so a rule may assume its results are f32.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable>;
 }
 
 /// Every primitive of the IR. Each variant's rules live in its family's module.
@@ -107,6 +127,9 @@ pub enum Prim {
     // linear algebra
     /// `dot_general`: contraction with batch dimensions.
     Dot(Dot),
+    // differentiation
+    /// The identity, through which no derivative flows.
+    StopGradient(StopGradient),
 }
 
 impl Prim {
@@ -132,6 +155,7 @@ impl Prim {
             Prim::Reduce(p) => p,
             Prim::Argmax(p) => p,
             Prim::Dot(p) => p,
+            Prim::StopGradient(p) => p,
         }
     }
 }

@@ -7,10 +7,13 @@
 
 use super::elementwise::{BinaryOp, BinaryRow, CmpOp, flush, lower_binary, lower_compare};
 use super::util::{check_axes, expect_arity, i64_array, indices, list, ravel, strides};
+use super::{Broadcast, Select};
 use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
+use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::lower::stablehlo::{LowerCx, fn_type, tensor_type};
+use crate::transform::grad::{NotDifferentiable, binary, compare, full_like, mul};
 use crate::transform::vmap::BVal;
 
 /// A reduction operator.
@@ -194,6 +197,37 @@ impl Rules for Reduce {
         let out = a - axes.iter().filter(|&&d| d < a).count();
         vec![BVal::batched(b.prim1(Prim::Reduce(Reduce { op: self.op, axes }), &[x.var]), out)]
     }
+
+    /// A sum sends its cotangent to every element it summed. A max or min sends it to
+    /// the elements equal to the result, shared equally among ties (JAX's
+    /// `_reduce_chooser_jvp_rule`).
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let x = args[0];
+        let shape = b.ty(x).shape.clone();
+        let kept: Vec<usize> = (0..shape.len()).filter(|d| !self.axes.contains(d)).collect();
+        let widen = |b: &mut Builder, v: Var| {
+            b.prim1(Prim::Broadcast(Broadcast { shape: shape.clone(), dims: kept.clone() }), &[v])
+        };
+        match self.op {
+            ReduceOp::Sum => Ok(vec![Some(widen(b, cts[0]))]),
+            ReduceOp::Max | ReduceOp::Min => {
+                let z = widen(b, outs[0]);
+                let at = compare(b, CmpOp::Eq, x, z);
+                let (one, zero) = (full_like(b, 1.0, x), full_like(b, 0.0, x));
+                let hits = b.prim1(Prim::Select(Select), &[at, one, zero]);
+                let counts = b.prim1(Prim::Reduce(Reduce { op: ReduceOp::Sum, axes: self.axes.clone() }), &[hits]);
+                let share = binary(b, BinaryOp::Div, cts[0], counts);
+                let share = widen(b, share);
+                Ok(vec![Some(mul(b, share, hits))])
+            }
+        }
+    }
 }
 
 impl Rules for Argmax {
@@ -305,5 +339,17 @@ impl Rules for Argmax {
         let axis = if self.axis >= a { self.axis + 1 } else { self.axis };
         let out = if axis < a { a - 1 } else { a };
         vec![BVal::batched(b.prim1(Prim::Argmax(Argmax { axis }), &[x.var]), out)]
+    }
+
+    /// An index: piecewise constant in the operand, no derivative. Reading the maximum
+    /// through it (`x[argmax(x)]`) differentiates, through the read.
+    fn vjp(
+        &self,
+        _b: &mut Builder,
+        _args: &[Var],
+        _outs: &[Var],
+        _cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        Err(NotDifferentiable)
     }
 }

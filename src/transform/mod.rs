@@ -5,6 +5,8 @@
 //! next to the primitive's other rules (see `docs/adding-a-primitive.md`). The result of
 //! every transform passes [`crate::ir::verify::verify`]; debug builds check it.
 //!
-//! - [`vmap`]: automatic batching, as `jax.vmap`.
+//! - [`vmap`]: automatic batching, as `jax.vmap`;
+//! - [`grad`]: reverse-mode differentiation, as `jax.value_and_grad`.
 
+pub mod grad;
 pub mod vmap;

@@ -39,6 +39,12 @@ pub enum TypeError {
     EnvSignature { env: String, func: String, expected: String, found: String, label: String, span: Span },
     EnvMember { detail: String, span: Span },
     Vmap { detail: String, span: Span },
+    // `grad`: `f` (at `span`) does not return an f32 scalar (`ret`: its declared type);
+    // the differentiated argument is not made of f32 arrays; the loss depends, through a
+    // derivative, on a value with none (`span`: what made it, `call`: the `grad` call).
+    GradResult { func: String, found: Ty, span: Span, ret: Span },
+    GradArgument { func: String, found: Ty, span: Span },
+    NotDifferentiable { what: String, span: Span, call: Span },
 }
 
 impl TypeError {
@@ -198,9 +204,30 @@ impl TypeError {
                     .with_note(format!("   found `{found}`"))
             }
             E::EnvMember { detail, span } => Diag::new("E0303", "invalid env declaration", span, detail),
+            E::GradResult { func, found, span, ret } => Diag::new(
+                "E0225",
+                format!("cannot differentiate `{func}`: it returns `{found}`"),
+                span,
+                "expected a function returning an `f32` scalar",
+            )
+            .with_label(ret, format!("`{func}` returns `{found}`"))
+            .with_note("`grad` differentiates a scalar loss; for one result of several, return it alone"),
+            E::GradArgument { func, found, span } => Diag::new(
+                "E0226",
+                format!("cannot differentiate `{func}` with respect to `{found}`"),
+                span,
+                "expected `f32` arrays",
+            )
+            .with_note("the first argument is differentiated: an `f32` array, or a tuple or struct of them")
+            .with_help("put the parameters to differentiate first"),
+            E::NotDifferentiable { what, span, call } => {
+                Diag::new("E0227", format!("{what} is not differentiable"), span, "the loss depends on this")
+                    .with_label(call, "differentiated here")
+                    .with_note("its result is an integer or bool: a derivative through it would be zero, or not exist")
+                    .with_help("wrap its input in `stop_gradient(...)` to treat it as a constant, or choose values with `where` instead")
+            }
             E::Vmap { detail, span } => Diag::new("E0224", "cannot batch this call", span, detail)
                 .with_note("an argument with one more leading axis than its parameter is batched; one of the parameter's type is shared"),
         }
     }
 }
-
