@@ -26,7 +26,7 @@
 
 mod common;
 
-use common::env::{Env, bool_scalar, f32_scalar, fixture, i32_scalar, key};
+use common::env::{Env, bool_scalar, f32_scalar, fixture, flag, i32_scalar, int, key, list};
 use podracer::array::Array;
 use serde_json::{Value, json};
 use std::sync::OnceLock;
@@ -40,18 +40,6 @@ fn breakout() -> &'static Env {
 fn fx() -> &'static Value {
     static FX: OnceLock<Value> = OnceLock::new();
     FX.get_or_init(|| fixture("breakout"))
-}
-
-fn list(v: &Value) -> &Vec<Value> {
-    v.as_array().unwrap_or_else(|| panic!("expected a list, found {v}"))
-}
-
-fn flag(v: &Value) -> bool {
-    v.as_bool().unwrap_or_else(|| panic!("expected a bool, found {v}"))
-}
-
-fn int(v: &Value) -> i32 {
-    v.as_i64().unwrap_or_else(|| panic!("expected an integer, found {v}")) as i32
 }
 
 /// A gymnax state as our state's leaves: the fixture's 0/1 bricks become bools.

@@ -26,7 +26,7 @@
 
 mod common;
 
-use common::env::{Env, EnvFn, f32_data, f32s, fixture, i32_scalar, key, scalar_json};
+use common::env::{Env, EnvFn, f32_data, f32s, fixture, i32_scalar, key, list, scalar_json};
 use podracer::array::Array;
 use serde_json::{Value, json};
 use std::process::Command;
@@ -38,10 +38,6 @@ const TIME_LIMIT: usize = 500;
 fn cartpole() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| Env::load("examples/envs/cartpole.pod", "CartPole"))
-}
-
-fn list(v: &Value) -> &Vec<Value> {
-    v.as_array().unwrap_or_else(|| panic!("expected a list, found {v}"))
 }
 
 /// The state leaves of a Gymnasium state `[x, x_dot, theta, theta_dot]` (float64 in the

@@ -20,7 +20,7 @@
 
 mod common;
 
-use common::env::{Env, f32_data, f32s, fixture, i32_scalar, key, scalar_json};
+use common::env::{Env, f32_data, f32s, fixture, i32_scalar, key, list, scalar_json};
 use podracer::array::Array;
 use serde_json::Value;
 use std::sync::OnceLock;
@@ -29,10 +29,6 @@ use std::sync::OnceLock;
 fn catch() -> &'static Env {
     static ENV: OnceLock<Env> = OnceLock::new();
     ENV.get_or_init(|| Env::load("examples/envs/catch.pod", "Catch"))
-}
-
-fn list(v: &Value) -> &Vec<Value> {
-    v.as_array().unwrap_or_else(|| panic!("expected a list, found {v}"))
 }
 
 /// Our state's leaves against a gymnax state, field by field; and the gymnax fields ours

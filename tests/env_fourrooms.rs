@@ -28,7 +28,7 @@
 
 mod common;
 
-use common::env::{Env, bool_scalar, f32_scalar, fixture, i32_scalar, key};
+use common::env::{Env, bool_scalar, f32_scalar, fixture, flag, i32_scalar, int, key, list};
 use podracer::array::{Array, DType};
 use podracer::diag::render_plain;
 use podracer::elab::env::build_env;
@@ -50,18 +50,6 @@ fn rooms() -> &'static Env {
 fn fx() -> &'static Value {
     static FX: OnceLock<Value> = OnceLock::new();
     FX.get_or_init(|| fixture("fourrooms"))
-}
-
-fn list(v: &Value) -> &Vec<Value> {
-    v.as_array().unwrap_or_else(|| panic!("expected a list, found {v}"))
-}
-
-fn flag(v: &Value) -> bool {
-    v.as_bool().unwrap_or_else(|| panic!("expected a bool, found {v}"))
-}
-
-fn int(v: &Value) -> i32 {
-    v.as_i64().unwrap_or_else(|| panic!("expected an integer, found {v}")) as i32
 }
 
 fn source() -> String {

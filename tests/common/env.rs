@@ -151,3 +151,18 @@ pub fn scalar_json(a: &Array) -> Value {
         Data::Bool(v) => json!(v[0]),
     }
 }
+
+/// A fixture value that must be a list.
+pub fn list(v: &Value) -> &Vec<Value> {
+    v.as_array().unwrap_or_else(|| panic!("expected a list, found {v}"))
+}
+
+/// A fixture value that must be a bool.
+pub fn flag(v: &Value) -> bool {
+    v.as_bool().unwrap_or_else(|| panic!("expected a bool, found {v}"))
+}
+
+/// A fixture value that must be an integer.
+pub fn int(v: &Value) -> i32 {
+    v.as_i64().unwrap_or_else(|| panic!("expected an integer, found {v}")) as i32
+}
