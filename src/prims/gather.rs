@@ -143,19 +143,7 @@ impl Rules for Gather {
                 return Err(format!("gather: dim {d} of {x} is collapsed or batching but its size is not 1"));
             }
         }
-        if self.operand_batching_dims.len() != self.indices_batching_dims.len()
-            || self
-                .operand_batching_dims
-                .iter()
-                .zip(&self.indices_batching_dims)
-                .any(|(&o, &i)| x.shape[o] != idx.shape[i])
-        {
-            return Err(format!(
-                "gather: operand batching dims {} of {x} do not pair with indices batching dims {} of {idx}",
-                list(&self.operand_batching_dims),
-                list(&self.indices_batching_dims)
-            ));
-        }
+        check_batching_pairs("gather", &self.operand_batching_dims, &self.indices_batching_dims, x, idx)?;
         if self.offset_dims.len() != self.window_dims(x.rank()).len() {
             return Err(format!(
                 "gather: offset dims {} do not place every window dim of {x}",
@@ -438,19 +426,7 @@ impl Rules for Scatter {
                 return Err(format!("scatter: operand batching dim {d} is also inserted or started"));
             }
         }
-        if self.operand_batching_dims.len() != self.indices_batching_dims.len()
-            || self
-                .operand_batching_dims
-                .iter()
-                .zip(&self.indices_batching_dims)
-                .any(|(&o, &i)| x.shape[o] != idx.shape[i])
-        {
-            return Err(format!(
-                "scatter: operand batching dims {} of {x} do not pair with indices batching dims {} of {idx}",
-                list(&self.operand_batching_dims),
-                list(&self.indices_batching_dims)
-            ));
-        }
+        check_batching_pairs("scatter", &self.operand_batching_dims, &self.indices_batching_dims, x, idx)?;
         let windows = self.window_dims(x.rank());
         let scatter_dims: Vec<usize> = (0..upd.rank()).filter(|d| !self.update_window_dims.contains(d)).collect();
         let fits = windows.len() == self.update_window_dims.len()
@@ -600,4 +576,22 @@ impl Rules for Scatter {
         let du = b.prim1(Prim::Gather(g), &[ct, idx]);
         Ok(vec![Some(dx), None, Some(du)])
     }
+}
+
+/// The operand's and the indices' batching dims must pair up, one to one, with equal sizes.
+fn check_batching_pairs(
+    op: &str,
+    operand: &[usize],
+    indices: &[usize],
+    x: &ArrayTy,
+    idx: &ArrayTy,
+) -> Result<(), String> {
+    if operand.len() != indices.len() || operand.iter().zip(indices).any(|(&o, &i)| x.shape[o] != idx.shape[i]) {
+        return Err(format!(
+            "{op}: operand batching dims {} of {x} do not pair with indices batching dims {} of {idx}",
+            list(operand),
+            list(indices)
+        ));
+    }
+    Ok(())
 }
