@@ -3,7 +3,7 @@
 //! [`lexer`] turns text into [`token::Tok`]s with logos; [`parser`] runs the lalrpop
 //! parser generated from `grammar/pod.lalrpop` (by `build.rs`) over them. Both report
 //! problems as [`Diag`](crate::diag::Diag)s and keep going, so one run shows several errors,
-//! and [`parse`] never panics, whatever the input. [`print`] dumps a tree as the
+//! and [`parse`] never panics, whatever the input. [`print`](mod@print) dumps a tree as the
 //! S-expressions that `podc build --emit ast` and the snapshot tests show.
 //!
 //! Error codes of this phase:

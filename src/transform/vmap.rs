@@ -43,7 +43,7 @@
 //! `x` batched, `s` is batched from the second iteration on. So, as in JAX's batching rule
 //! for `scan`, the assignment is a fixpoint: start from the batched initial values, add
 //! every carry the body makes batched under the current assignment, repeat until nothing
-//! changes ([`carries_batched`], a cheap analysis that emits nothing; carries only ever
+//! changes (`carries_batched`, a cheap analysis that emits nothing; carries only ever
 //! join, so it takes at most one round per carry). The body is then batched once under the
 //! final assignment, with unbatched initial values and yields of batched carries
 //! broadcast. Loop constants never change, so each stays as it comes, batched or not, its

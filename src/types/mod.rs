@@ -1,6 +1,6 @@
 //! Surface types: what the checker assigns to every expression.
 //!
-//! Unlike the IR's [`ArrayTy`](crate::array::ArrayTy), a surface type may be a tuple or a
+//! Unlike the IR's [`ArrayTy`], a surface type may be a tuple or a
 //! struct, and its dimensions may be generic size parameters, because generic functions
 //! are checked once, symbolically, before they are monomorphised.
 
