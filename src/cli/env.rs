@@ -130,8 +130,9 @@ pub struct BenchArgs<'a> {
 /// (split over `devices`) with random actions, then times it: the median of `runs` runs
 /// after a warm-up.
 pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
-    if a.devices == 0 || !a.envs.is_multiple_of(a.devices) {
-        return Err(Failure::Message(format!("`--envs {}` must split evenly over `--devices {}`", a.envs, a.devices)));
+    if a.envs == 0 || a.devices == 0 || !a.envs.is_multiple_of(a.devices) {
+        let msg = format!("`--envs {}` must be a positive multiple of `--devices {}`", a.envs, a.devices);
+        return Err(Failure::Message(msg));
     }
     let prog = load(a.file)?;
     let env = env_funcs(&prog, a.file, a.env)?;
