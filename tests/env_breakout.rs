@@ -26,7 +26,7 @@
 
 mod common;
 
-use common::env::{Env, bool_scalar, f32_scalar, fixture, flag, i32_scalar, int, key, list};
+use common::env::{Env, bool_scalar, f32_scalar, fixture, flag, i32_scalar, int, key, list, same, same_state};
 use podracer::array::Array;
 use serde_json::{Value, json};
 use std::sync::OnceLock;
@@ -56,16 +56,6 @@ fn state(env: &Env, v: &Value) -> Vec<Array> {
 fn obs(v: &Value) -> Array {
     let data = list(v).iter().map(|x| x.as_f64().expect("a number") as f32).collect();
     Array::f32(vec![10, 10, 4], data)
-}
-
-fn same(at: &str, what: &str, got: &Array, want: &Array) {
-    assert_eq!(got, want, "{at}: {what} differs (left: ours, right: gymnax)");
-}
-
-fn same_state(env: &Env, at: &str, got: &[Array], want: &[Array]) {
-    for (((f, _), g), w) in env.fields.iter().zip(got).zip(want) {
-        same(at, &format!("state.{f}"), g, w);
-    }
 }
 
 #[test]

@@ -28,7 +28,7 @@
 
 mod common;
 
-use common::env::{Env, bool_scalar, f32_scalar, fixture, flag, i32_scalar, int, key, list};
+use common::env::{Env, bool_scalar, f32_scalar, fixture, flag, i32_scalar, int, key, list, same, same_state};
 use podracer::array::{Array, DType};
 use podracer::diag::render_plain;
 use podracer::elab::env::build_env;
@@ -72,16 +72,6 @@ fn i32s(v: &Value, dims: &[u64]) -> Array {
 /// `[pos_row, pos_col, goal_row, goal_col]`, as int32.
 fn obs(v: &Value) -> Array {
     i32s(v, &[4])
-}
-
-fn same(at: &str, what: &str, got: &Array, want: &Array) {
-    assert_eq!(got, want, "{at}: {what} differs (left: ours, right: gymnax)");
-}
-
-fn same_state(env: &Env, at: &str, got: &[Array], want: &[Array]) {
-    for (((f, _), g), w) in env.fields.iter().zip(got).zip(want) {
-        same(at, &format!("state.{f}"), g, w);
-    }
 }
 
 /// The map, the open cells and the directions are gymnax's: the consts are read through

@@ -30,6 +30,7 @@ mod common;
 
 use std::sync::OnceLock;
 
+use common::prims::{gather, scatter};
 use common::rng::Rng;
 use podracer::array::{Array, ArrayTy, DType, Data};
 use podracer::ir::eval::eval_func;
@@ -38,8 +39,7 @@ use podracer::ir::{Eqn, Func, Graph, Op, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
     Argmax, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert, Dot, DynamicSlice,
-    DynamicUpdateSlice, Gather, Iota, Prim, Reduce, ReduceOp, Reshape, Scatter, Select, Slice, StopGradient, Transpose,
-    Unary, UnaryOp,
+    DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Select, Slice, StopGradient, Transpose, Unary, UnaryOp,
 };
 use podracer::runtime::{Client, Runtime};
 
@@ -422,26 +422,6 @@ fn cases() -> Vec<Case> {
 
     // gather and scatter: windows at index vectors (clamped), with batching dimensions.
     // Scatter windows never overlap here: which write wins is up to XLA where they do.
-    let gather =
-        |offset: &[usize], collapsed: &[usize], batching: (&[usize], &[usize]), map: &[usize], sizes: &[usize]| {
-            Prim::Gather(Gather {
-                offset_dims: offset.to_vec(),
-                collapsed_slice_dims: collapsed.to_vec(),
-                operand_batching_dims: batching.0.to_vec(),
-                indices_batching_dims: batching.1.to_vec(),
-                start_index_map: map.to_vec(),
-                slice_sizes: sizes.to_vec(),
-            })
-        };
-    let scatter = |window: &[usize], inserted: &[usize], batching: (&[usize], &[usize]), map: &[usize]| {
-        Prim::Scatter(Scatter {
-            update_window_dims: window.to_vec(),
-            inserted_window_dims: inserted.to_vec(),
-            operand_batching_dims: batching.0.to_vec(),
-            indices_batching_dims: batching.1.to_vec(),
-            scatter_dims_to_operand_dims: map.to_vec(),
-        })
-    };
     let none: (&[usize], &[usize]) = (&[], &[]);
     let starts = Array::i32(vec![5, 2], vec![1, 2, -1, 10, 4, 4, i32::MIN, i32::MAX, 3, 3]);
     cs.push(exact("gather windows", gather(&[1, 2], &[], none, &[0, 1], &[2, 3]), vec![grid.clone(), starts.clone()]));

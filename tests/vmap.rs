@@ -19,6 +19,7 @@
 
 mod common;
 
+use common::prims::{gather, scatter};
 use common::rng::Rng;
 use podracer::array::{Array, ArrayTy, DType, Data};
 use podracer::ir::build::Builder;
@@ -28,8 +29,7 @@ use podracer::ir::{Func, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
     Argmax, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert, Dot, DynamicSlice,
-    DynamicUpdateSlice, Gather, Iota, Prim, Reduce, ReduceOp, Reshape, Scatter, Select, Slice, StopGradient, Transpose,
-    Unary, UnaryOp,
+    DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Select, Slice, StopGradient, Transpose, Unary, UnaryOp,
 };
 use podracer::transform::vmap::{BVal, batch_into, batched_ty, bdim_at, vmap};
 
@@ -334,26 +334,6 @@ fn prim_cases() -> Vec<Case> {
     // gather and scatter, with index vectors out of range on both sides. Each scatter
     // writes one window per operand (per batching position), so windows never overlap,
     // batched or not.
-    let gather =
-        |offset: &[usize], collapsed: &[usize], batching: (&[usize], &[usize]), map: &[usize], sizes: &[usize]| {
-            Prim::Gather(Gather {
-                offset_dims: offset.to_vec(),
-                collapsed_slice_dims: collapsed.to_vec(),
-                operand_batching_dims: batching.0.to_vec(),
-                indices_batching_dims: batching.1.to_vec(),
-                start_index_map: map.to_vec(),
-                slice_sizes: sizes.to_vec(),
-            })
-        };
-    let scatter = |window: &[usize], inserted: &[usize], batching: (&[usize], &[usize]), map: &[usize]| {
-        Prim::Scatter(Scatter {
-            update_window_dims: window.to_vec(),
-            inserted_window_dims: inserted.to_vec(),
-            operand_batching_dims: batching.0.to_vec(),
-            indices_batching_dims: batching.1.to_vec(),
-            scatter_dims_to_operand_dims: map.to_vec(),
-        })
-    };
     let none: (&[usize], &[usize]) = (&[], &[]);
     let starts = |shape: &[usize]| Gen::I32(shape.to_vec(), -2, 8);
     cs.push(exact(

@@ -166,3 +166,15 @@ pub fn flag(v: &Value) -> bool {
 pub fn int(v: &Value) -> i32 {
     v.as_i64().unwrap_or_else(|| panic!("expected an integer, found {v}")) as i32
 }
+
+/// Asserts an output equals the reference's, naming where and what.
+pub fn same(at: &str, what: &str, got: &Array, want: &Array) {
+    assert_eq!(got, want, "{at}: {what} differs (left: ours, right: gymnax)");
+}
+
+/// Asserts every state field equals the reference's.
+pub fn same_state(env: &Env, at: &str, got: &[Array], want: &[Array]) {
+    for (((f, _), g), w) in env.fields.iter().zip(got).zip(want) {
+        same(at, &format!("state.{f}"), g, w);
+    }
+}

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod env;
+pub mod prims;
 pub mod rng;
 
 use podracer::array::{Array, Data};
