@@ -44,6 +44,9 @@ pub(crate) const NAMES: &[&str] = &[
     "grad",
     "value_and_grad",
     "stop_gradient",
+    "psum",
+    "pmean",
+    "argsort",
 ];
 
 impl Elab<'_> {
@@ -70,6 +73,8 @@ impl Elab<'_> {
             "logsumexp" | "softmax" | "arange" | "zeros" | "ones" | "stop_gradient" => (1, 1),
             "min" | "max" | "reshape" | "full" => (2, 2),
             "clamp" | "where" | "set" => (3, 3),
+            "psum" | "pmean" => (1, 1),
+            "argsort" => (1, 2),
             "sum" | "mean" | "reduce_max" | "reduce_min" | "argmax" | "transpose" | "concatenate" => (1, 2),
             _ => return None,
         };
@@ -180,6 +185,8 @@ impl Elab<'_> {
             }
             "set" => self.set(args),
             "stop_gradient" => self.stop_gradient(&args[0]),
+            "psum" | "pmean" => self.all_reduce(name, &args[0]),
+            "argsort" => self.argsort(args),
             _ => unreachable!("arity table lists exactly the builtins"),
         })
     }
@@ -232,7 +239,7 @@ impl Elab<'_> {
 
     /// An axis argument (negative counts from the end); absent means the last axis when
     /// `default_last`. Returns `None` after reporting an error.
-    fn axis_arg(&mut self, v: &Val, e: Option<&ast::Expr>, span: Span, default_last: bool) -> Option<usize> {
+    pub(super) fn axis_arg(&mut self, v: &Val, e: Option<&ast::Expr>, span: Span, default_last: bool) -> Option<usize> {
         let rank = match &v.ty {
             Ty::Array(_, d) => d.len(),
             _ => return None,

@@ -66,7 +66,26 @@ impl<'p> Elab<'p> {
         if self.stack.contains(&r) {
             return self.err(TypeError::Recursive { name: f.name.name.clone(), span: name.span });
         }
-        let (params, ret) = self.callee_signature(r, f);
+        let type_params = self.fn_type_params(f);
+        let mut types = TypeSubst::new();
+        if !type_params.is_empty() {
+            let saved = std::mem::replace(&mut self.module, r.module);
+            for ((_, t), v) in f.params.iter().zip(&vals) {
+                self.bind_types(t, &v.ty, &type_params, &mut types);
+            }
+            if let Some(exp) = expected {
+                self.bind_types(&f.ret, exp, &type_params, &mut types);
+            }
+            self.module = saved;
+            if vals.iter().any(|v| v.ty.is_error()) {
+                return Val::error();
+            }
+            if let Some(p) = type_params.iter().find(|p| !types.contains_key(*p)) {
+                let (param, func) = (p.to_string(), f.name.name.clone());
+                return self.err(TypeError::CannotInferType { param, func, span: name.span });
+            }
+        }
+        let (params, ret) = self.callee_signature(r, f, &types);
 
         let mut sizes = Subst::new();
         let mut ok = true;
@@ -82,7 +101,7 @@ impl<'p> Elab<'p> {
                 sizes = trial;
             }
         }
-        for g in &f.generics {
+        for g in f.generics.iter().filter(|g| !types.contains_key(g.name.as_str())) {
             if !sizes.contains_key(g.name.as_str()) {
                 return self.err(TypeError::CannotInferSize {
                     param: g.name.clone(),
@@ -93,6 +112,13 @@ impl<'p> Elab<'p> {
         }
         let ret = ret.subst(&sizes);
         if !self.building() {
+            // A function with type parameters is checked here, for these types.
+            if !types.is_empty() {
+                let args = params.iter().map(|p| Val::of(p.subst(&sizes), vec![])).collect();
+                self.stack.push(r);
+                self.inline(f, r.module, sizes, types, args, &ret);
+                self.stack.pop();
+            }
             return Val::of(ret, vec![]);
         }
         // Build mode: inline the body with the sizes now known.
@@ -103,7 +129,7 @@ impl<'p> Elab<'p> {
             .map(|((v, p), a)| self.coerce(v, &p.subst(&sizes), a.span, None))
             .collect();
         self.stack.push(r);
-        let v = self.inline(f, r.module, sizes, args, &ret);
+        let v = self.inline(f, r.module, sizes, types, args, &ret);
         self.stack.pop();
         v
     }
@@ -120,17 +146,19 @@ impl<'p> Elab<'p> {
     }
 
     /// A function's parameter and result types, resolved in its own module with its size
-    /// parameters symbolic.
-    pub(crate) fn callee_signature(&mut self, r: ItemRef, f: &ast::Fn) -> (Vec<Ty>, Ty) {
-        let saved_module = std::mem::replace(&mut self.module, r.module);
-        let saved_sizes = std::mem::replace(
-            &mut self.sizes,
-            f.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect(),
+    /// parameters symbolic and its type parameters bound to `types`.
+    pub(crate) fn callee_signature(&mut self, r: ItemRef, f: &ast::Fn, types: &TypeSubst) -> (Vec<Ty>, Ty) {
+        let saved = (
+            std::mem::replace(&mut self.module, r.module),
+            std::mem::replace(
+                &mut self.sizes,
+                f.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect(),
+            ),
+            std::mem::replace(&mut self.types, types.clone()),
         );
         let params: Vec<Ty> = f.params.iter().map(|(_, t)| self.resolve_ty(t)).collect();
         let ret = self.resolve_ty(&f.ret);
-        self.module = saved_module;
-        self.sizes = saved_sizes;
+        (self.module, self.sizes, self.types) = saved;
         (params, ret)
     }
 
@@ -142,19 +170,29 @@ impl<'p> Elab<'p> {
         Val::of(ty, vars)
     }
 
-    /// Elaborates a function's body with its parameters bound to `args` and its size
-    /// parameters to `sizes` (build mode: this is inlining).
-    pub(crate) fn inline(&mut self, f: &ast::Fn, module: usize, sizes: Subst, args: Vec<Val>, ret: &Ty) -> Val {
+    /// Elaborates a function's body with its parameters bound to `args`, its size
+    /// parameters to `sizes` and its type parameters to `types` (build mode: this is
+    /// inlining).
+    pub(crate) fn inline(
+        &mut self,
+        f: &ast::Fn,
+        module: usize,
+        sizes: Subst,
+        types: TypeSubst,
+        args: Vec<Val>,
+        ret: &Ty,
+    ) -> Val {
         let saved = (
             std::mem::replace(&mut self.module, module),
             std::mem::replace(&mut self.sizes, sizes),
+            std::mem::replace(&mut self.types, types),
             std::mem::replace(&mut self.scopes, vec![HashMap::new()]),
         );
         for ((pname, _), v) in f.params.iter().zip(args) {
             self.bind_name(&pname.name, v);
         }
         let v = self.expr_expect(&f.body_expr(), ret);
-        (self.module, self.sizes, self.scopes) = saved;
+        (self.module, self.sizes, self.types, self.scopes) = saved;
         v
     }
 }

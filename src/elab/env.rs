@@ -210,7 +210,7 @@ impl Elab<'_> {
     fn call_env(&mut self, e: &ast::Env, module: usize, name: &str, args: Vec<Val>) -> Val {
         let f = e.fns.iter().find(|f| f.name.name == name).expect("checked: the env has all three functions");
         let (_, ret) = self.signature_types(f);
-        self.inline(f, module, Default::default(), args, &ret)
+        self.inline(f, module, Default::default(), Default::default(), args, &ret)
     }
 
     /// `if pred { a } else { b }` on values of one type, leaf by leaf.

@@ -251,7 +251,31 @@ impl Elab<'_> {
         let vals: Vec<Val> = fields.iter().map(|(_, x)| self.expr(x)).collect();
         let item = self.prog.modules[self.module].scope.get(&name.name).copied();
         let def = match item.map(|r| (r, self.prog.item(r))) {
-            Some((r, ast::Item::Struct(s))) => self.struct_def(r, s),
+            Some((r, ast::Item::Struct(s))) => {
+                let kinds = self.struct_kinds(r);
+                let params: Vec<Rc<str>> =
+                    s.generics.iter().zip(&kinds).filter(|(_, k)| **k).map(|(g, _)| Rc::from(g.name.as_str())).collect();
+                let mut types = super::TypeSubst::new();
+                let saved = std::mem::replace(&mut self.module, r.module);
+                for ((n, _), v) in fields.iter().zip(&vals) {
+                    if let Some((_, decl)) = s.fields.iter().find(|(m, _)| m.name == n.name) {
+                        self.bind_types(decl, &v.ty, &params, &mut types);
+                    }
+                }
+                self.module = saved;
+                let mut args = vec![];
+                for p in &params {
+                    match types.remove(p) {
+                        Some(t) => args.push(t),
+                        None if vals.iter().any(|v| v.ty.is_error()) => return Val::error(),
+                        None => {
+                            let (param, func) = (p.to_string(), s.name.name.clone());
+                            return self.err(TypeError::CannotInferType { param, func, span });
+                        }
+                    }
+                }
+                self.struct_def(r, s, &args)
+            }
             // The built-in `Step<S>` record takes its state type from its `state` field.
             None if name.name == STEP => {
                 let state = fields.iter().zip(&vals).find(|((f, _), _)| f.name == "state");

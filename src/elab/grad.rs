@@ -54,7 +54,7 @@ impl Elab<'_> {
         if self.stack.contains(&r) {
             return self.err(TypeError::Recursive { name: f.name.name.clone(), span: fname.span });
         }
-        let (params, ret) = self.callee_signature(r, f);
+        let (params, ret) = self.callee_signature(r, f, &Default::default());
         let mut sizes = Subst::new();
         let mut ok = true;
         for ((p, v), a) in params.iter().zip(&vals).zip(rest) {
@@ -101,7 +101,7 @@ impl Elab<'_> {
             inner_params.iter().enumerate().flat_map(|(k, p)| p.vars.iter().map(move |_| k == 0)).collect();
         let param_vars: Vec<Var> = inner_params.iter().flat_map(|v| v.vars.iter().copied()).collect();
         self.stack.push(r);
-        let out = self.inline(f, r.module, sizes, inner_params, &ret);
+        let out = self.inline(f, r.module, sizes, Default::default(), inner_params, &ret);
         self.stack.pop();
         let inner = std::mem::replace(&mut self.b, outer).expect("build mode");
         let origins = inner.origins().to_vec();

@@ -6,6 +6,10 @@ impl Elab<'_> {
     // ---------------------------------------------------------------- items
 
     pub(super) fn check_fn(&mut self, f: &ast::Fn) {
+        // A function with type parameters is checked at each use, with them bound.
+        if !self.fn_type_params(f).is_empty() {
+            return;
+        }
         self.sizes =
             f.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect();
         self.scopes = vec![HashMap::new()];
@@ -23,13 +27,25 @@ impl Elab<'_> {
         self.sizes.clear();
     }
 
-    pub(super) fn struct_def(&mut self, r: ItemRef, s: &ast::Struct) -> Rc<StructDef> {
-        if let Some(d) = self.structs.get(&r) {
+    /// A struct's definition; for a struct with type parameters, its instance for
+    /// `type_args` (one per type parameter, in order).
+    pub(super) fn struct_def(&mut self, r: ItemRef, s: &ast::Struct, type_args: &[Ty]) -> Rc<StructDef> {
+        let kinds = self.struct_kinds(r);
+        let generic = kinds.iter().any(|&k| k);
+        if let Some(d) = self.structs.get(&r).filter(|_| !generic) {
             return d.clone();
         }
-        let saved = (std::mem::replace(&mut self.module, r.module), std::mem::take(&mut self.sizes));
-        self.sizes =
-            s.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect();
+        if let Some((_, _, d)) = self.instances.iter().find(|(i, a, _)| *i == r && a == type_args) {
+            return d.clone();
+        }
+        let (type_params, size_params): (Vec<_>, Vec<_>) = s.generics.iter().zip(&kinds).partition(|(_, k)| **k);
+        let size_params: Vec<Rc<str>> = size_params.into_iter().map(|(g, _)| Rc::from(g.name.as_str())).collect();
+        let types = type_params.iter().map(|(g, _)| Rc::from(g.name.as_str())).zip(type_args.iter().cloned());
+        let saved = (
+            std::mem::replace(&mut self.module, r.module),
+            std::mem::replace(&mut self.sizes, size_params.iter().map(|g| (g.clone(), Dim::Param(g.clone()))).collect()),
+            std::mem::replace(&mut self.types, types.collect()),
+        );
         let mut fields: Vec<(String, Ty)> = vec![];
         for (n, t) in &s.fields {
             if let Some(first) =
@@ -41,14 +57,92 @@ impl Elab<'_> {
             let ty = self.resolve_ty(t);
             fields.push((n.name.clone(), ty));
         }
-        (self.module, self.sizes) = saved;
-        let def = Rc::new(StructDef {
-            name: s.name.name.clone(),
-            generics: s.generics.iter().map(|g| Rc::from(g.name.as_str())).collect(),
-            fields,
-        });
-        self.structs.insert(r, def.clone());
+        (self.module, self.sizes, self.types) = saved;
+        let name = match generic {
+            false => s.name.name.clone(),
+            true => format!("{}<{}>", s.name.name, crate::types::join(type_args)),
+        };
+        let instance = generic.then(|| (r, type_args.to_vec()));
+        let def = Rc::new(StructDef { name, generics: size_params, fields, instance });
+        match generic {
+            false => drop(self.structs.insert(r, def.clone())),
+            true => self.instances.push((r, type_args.to_vec(), def.clone())),
+        }
         def
+    }
+
+    /// Which generics of a struct are type parameters (see [`Elab::is_type_param`]).
+    pub(super) fn struct_kinds(&mut self, r: ItemRef) -> Vec<bool> {
+        if let Some(k) = self.kinds.get(&r) {
+            return k.clone();
+        }
+        let ast::Item::Struct(s) = self.prog.item(r) else { return vec![] };
+        // A struct that contains itself is reported elsewhere; stop the walk here.
+        self.kinds.insert(r, vec![false; s.generics.len()]);
+        let saved = std::mem::replace(&mut self.module, r.module);
+        let fields: Vec<&ast::Type> = s.fields.iter().map(|(_, t)| t).collect();
+        let kinds = s.generics.iter().map(|g| self.is_type_param(&g.name, &fields)).collect::<Vec<_>>();
+        self.module = saved;
+        self.kinds.insert(r, kinds.clone());
+        kinds
+    }
+
+    /// Whether the generic `g` is a type parameter: written as a whole type somewhere in
+    /// `types`, or passed where a struct takes a type. Other generics are sizes.
+    pub(super) fn is_type_param(&mut self, g: &str, types: &[&ast::Type]) -> bool {
+        types.iter().any(|t| match &t.kind {
+            ast::TypeKind::Array { .. } => false,
+            ast::TypeKind::Tuple(ts) => self.is_type_param(g, &ts.iter().collect::<Vec<_>>()),
+            ast::TypeKind::Named { name, args } if args.is_empty() => name.name == g,
+            ast::TypeKind::Named { name, args } => {
+                let Some(r) = self.struct_ref(&name.name) else { return false };
+                let kinds = self.struct_kinds(r);
+                args.iter().zip(kinds).any(|(a, k)| k && matches!(a, ast::DimExpr::Name(id) if id.name == g))
+            }
+        })
+    }
+
+    /// A function's type parameters, in order.
+    pub(super) fn fn_type_params(&mut self, f: &ast::Fn) -> Vec<Rc<str>> {
+        let mut types: Vec<&ast::Type> = f.params.iter().map(|(_, t)| t).collect();
+        types.push(&f.ret);
+        f.generics.iter().filter(|g| self.is_type_param(&g.name, &types)).map(|g| Rc::from(g.name.as_str())).collect()
+    }
+
+    fn struct_ref(&self, name: &str) -> Option<ItemRef> {
+        let r = self.prog.modules[self.module].scope.get(name).copied()?;
+        matches!(self.prog.item(r), ast::Item::Struct(_)).then_some(r)
+    }
+
+    /// Binds the type parameters `params` that the written type `decl` mentions to the
+    /// matching parts of `actual` (first binding wins; a conflict shows up when the
+    /// signature is then checked with the bindings).
+    pub(super) fn bind_types(&mut self, decl: &ast::Type, actual: &Ty, params: &[Rc<str>], out: &mut TypeSubst) {
+        match (&decl.kind, actual) {
+            (ast::TypeKind::Named { name, args }, _) if args.is_empty() && params.iter().any(|p| **p == name.name) => {
+                out.entry(Rc::from(name.name.as_str())).or_insert_with(|| actual.clone());
+            }
+            (ast::TypeKind::Tuple(ds), Ty::Tuple(ts)) if ds.len() == ts.len() => {
+                for (d, t) in ds.iter().zip(ts) {
+                    self.bind_types(d, t, params, out);
+                }
+            }
+            (ast::TypeKind::Named { name, args }, Ty::Struct(def, _)) => {
+                let Some((r, type_args)) = &def.instance else { return };
+                if self.struct_ref(&name.name) != Some(*r) {
+                    return;
+                }
+                let kinds = self.struct_kinds(*r);
+                let written = args.iter().zip(kinds).filter(|(_, k)| *k).map(|(a, _)| a);
+                for (a, t) in written.zip(type_args) {
+                    if let ast::DimExpr::Name(id) = a {
+                        let d = ast::Type { kind: ast::TypeKind::Named { name: id.clone(), args: vec![] }, span: id.span };
+                        self.bind_types(&d, t, params, out);
+                    }
+                }
+            }
+            _ => {}
+        }
     }
 
     /// The built-in record `Step<S>` that an environment's `step` returns: one definition
@@ -64,7 +158,7 @@ impl Elab<'_> {
             ("terminated".to_string(), Ty::scalar(DType::Bool)),
             ("truncated".to_string(), Ty::scalar(DType::Bool)),
         ];
-        let def = Rc::new(StructDef { name: name.clone(), generics: vec![], fields });
+        let def = Rc::new(StructDef { name: name.clone(), generics: vec![], fields, instance: None });
         self.steps.insert(name, def.clone());
         def
     }
@@ -116,17 +210,15 @@ impl Elab<'_> {
             }
             ast::TypeKind::Tuple(ts) => Ty::Tuple(ts.iter().map(|t| self.resolve_ty(t)).collect()),
             ast::TypeKind::Named { name, args } => {
+                if let Some(t) = self.types.get(name.name.as_str()).filter(|_| args.is_empty()) {
+                    return t.clone();
+                }
                 let item = self.prog.modules[self.module].scope.get(&name.name).copied();
                 if item.is_none() && name.name == "Key" && args.is_empty() {
                     return random::key_ty();
                 }
                 if let (None, STEP, [ast::DimExpr::Name(state)]) = (item, name.name.as_str(), &args[..]) {
-                    let span = state.span;
-                    let kind = match DType::from_name(&state.name) {
-                        Some(_) => ast::TypeKind::Array { dtype: state.clone(), dims: vec![] },
-                        None => ast::TypeKind::Named { name: state.clone(), args: vec![] },
-                    };
-                    let state = self.resolve_ty(&ast::Type { kind, span });
+                    let state = self.type_arg(state);
                     return if state.is_error() { state } else { Ty::Struct(self.step_def(state), vec![]) };
                 }
                 let Some(r) = item.filter(|r| matches!(self.prog.item(*r), ast::Item::Struct(_))) else {
@@ -134,21 +226,51 @@ impl Elab<'_> {
                     return Ty::Error;
                 };
                 let ast::Item::Struct(s) = self.prog.item(r) else { unreachable!("filtered to structs") };
-                let def = self.struct_def(r, s);
-                if def.generics.len() != args.len() {
+                if s.generics.len() != args.len() {
                     self.err(TypeError::Arity {
-                        what: format!("struct `{}`", def.name),
-                        expected: def.generics.len(),
+                        what: format!("struct `{}`", s.name.name),
+                        expected: s.generics.len(),
                         found: args.len(),
                         span: t.span,
                         decl: Some(s.name.span),
                     });
                     return Ty::Error;
                 }
-                let dims: Option<Vec<Dim>> = args.iter().map(|x| self.resolve_dim(x)).collect();
+                let kinds = self.struct_kinds(r);
+                let mut type_args = vec![];
+                let mut dims = Some(vec![]);
+                for (a, is_type) in args.iter().zip(kinds) {
+                    match (a, is_type) {
+                        (ast::DimExpr::Name(id), true) => type_args.push(self.type_arg(id)),
+                        (ast::DimExpr::Lit(_, span), true) => {
+                            let what = format!("struct `{}`", s.name.name);
+                            type_args.push(self.err(TypeError::ExpectedType { what, span: *span }).ty);
+                        }
+                        (_, false) => {
+                            let d = self.resolve_dim(a);
+                            dims = dims.zip(d).map(|(mut ds, d)| {
+                                ds.push(d);
+                                ds
+                            });
+                        }
+                    }
+                }
+                if type_args.iter().any(Ty::is_error) {
+                    return Ty::Error;
+                }
+                let def = self.struct_def(r, s, &type_args);
                 dims.map(|dims| Ty::Struct(def, dims)).unwrap_or(Ty::Error)
             }
         }
+    }
+
+    /// A type written as a struct's type argument: a dtype, a struct or a type parameter.
+    fn type_arg(&mut self, id: &ast::Ident) -> Ty {
+        let kind = match DType::from_name(&id.name) {
+            Some(_) => ast::TypeKind::Array { dtype: id.clone(), dims: vec![] },
+            None => ast::TypeKind::Named { name: id.clone(), args: vec![] },
+        };
+        self.resolve_ty(&ast::Type { kind, span: id.span })
     }
 
     pub(super) fn resolve_dim(&mut self, d: &ast::DimExpr) -> Option<Dim> {

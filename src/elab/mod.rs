@@ -13,6 +13,7 @@
 
 mod builtins;
 mod calls;
+mod collective;
 mod control;
 pub mod env;
 mod expr;
@@ -20,6 +21,7 @@ mod grad;
 mod items;
 mod ops;
 mod random;
+mod sort;
 mod vmap;
 
 use crate::array::{Array, DType};

@@ -52,6 +52,15 @@ impl Elab<'_> {
 
     pub(crate) fn unary(&mut self, op: UnOp, x: &ast::Expr, span: Span) -> Val {
         let v = self.expr(x);
+        let vals = [v];
+        if let Some(t) = self.leafwise("-", &vals, span, |cx, mut l| cx.unary_val(op, l.remove(0), span)) {
+            return t;
+        }
+        let [v] = vals;
+        self.unary_val(op, v, span)
+    }
+
+    fn unary_val(&mut self, op: UnOp, v: Val, span: Span) -> Val {
         let (name, refused, uop) = match op {
             UnOp::Neg => ("-", DType::Bool, UnaryOp::Neg),
             UnOp::Not => ("!", DType::F32, UnaryOp::Not),
@@ -82,7 +91,18 @@ impl Elab<'_> {
         if op == BinOp::MatMul {
             return self.matmul(a, b, l.span, r.span);
         }
-        self.elementwise2(op_name(op), a, b, l.span, r.span, span, |d| binary_prim(op, d))
+        let (name, ls, rs) = (op_name(op), l.span, r.span);
+        let vals = [a, b];
+        let each = |cx: &mut Self, mut xs: Vec<Val>| {
+            let b = xs.pop().expect("two operands");
+            let a = xs.pop().expect("two operands");
+            cx.elementwise2(name, a, b, ls, rs, span, |d| binary_prim(op, d))
+        };
+        if let Some(t) = self.leafwise(name, &vals, span, each) {
+            return t;
+        }
+        let [a, b] = vals;
+        self.elementwise2(name, a, b, ls, rs, span, |d| binary_prim(op, d))
     }
 
     /// A binary elementwise operation with weak-literal adaptation and broadcasting.

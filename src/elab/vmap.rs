@@ -45,7 +45,7 @@ impl Elab<'_> {
         if let Some(caller) = self.current.filter(|_| !self.building()) {
             self.calls.push((caller, r, fname.span));
         }
-        let (params, ret) = self.callee_signature(r, f);
+        let (params, ret) = self.callee_signature(r, f, &Default::default());
         // Decide, argument by argument, whether it is batched.
         let mut sizes = Subst::new();
         let mut batch: Option<(Dim, Span)> = None;
@@ -105,7 +105,7 @@ impl Elab<'_> {
         let inner_params: Vec<Val> = param_tys.iter().map(|t| self.param(t.clone())).collect();
         let param_vars: Vec<Var> = inner_params.iter().flat_map(|v| v.vars.iter().copied()).collect();
         self.stack.push(r);
-        let out = self.inline(f, r.module, sizes, inner_params, &ret);
+        let out = self.inline(f, r.module, sizes, Default::default(), inner_params, &ret);
         self.stack.pop();
         let inner = std::mem::replace(&mut self.b, outer).expect("build mode");
         let func = inner.finish(&f.name.name, param_vars, out.vars);

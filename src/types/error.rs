@@ -45,6 +45,9 @@ pub enum TypeError {
     GradResult { func: String, found: Ty, span: Span, ret: Span },
     GradArgument { func: String, found: Ty, span: Span },
     NotDifferentiable { what: String, span: Span, call: Span },
+    ExpectedType { what: String, span: Span },
+    CannotInferType { param: String, func: String, span: Span },
+    Leafwise { op: String, left: Ty, right: Ty, span: Span },
 }
 
 impl TypeError {
@@ -226,6 +229,22 @@ impl TypeError {
                     .with_note("its result is an integer or bool: a derivative through it would be zero, or not exist")
                     .with_help("wrap its input in `stop_gradient(...)` to treat it as a constant, or choose values with `where` instead")
             }
+            E::ExpectedType { what, span } => Diag::new("E0228", format!("{what} takes a type here"), span, "not a type")
+                .with_help("write a struct name, a type parameter or a dtype"),
+            E::CannotInferType { param, func, span } => Diag::new(
+                "E0229",
+                format!("cannot infer the type `{param}` of `{func}`"),
+                span,
+                format!("`{param}` is not determined by the arguments"),
+            )
+            .with_help("pass an argument of that type, or give the result a type with `let`"),
+            E::Leafwise { op, left, right, span } => Diag::new(
+                "E0230",
+                format!("`{op}` on records needs operands of one type"),
+                span,
+                format!("`{left}` and `{right}`"),
+            )
+            .with_note("records and tuples combine leaf by leaf with a record of the same type, or with a scalar"),
             E::Vmap { detail, span } => Diag::new("E0224", "cannot batch this call", span, detail)
                 .with_note("an argument with one more leading axis than its parameter is batched; one of the parameter's type is shared"),
         }

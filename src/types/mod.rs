@@ -28,12 +28,17 @@ impl fmt::Display for Dim {
     }
 }
 
-/// A struct declaration after resolution: field types mention its generics as `Dim::Param`.
+/// A struct declaration after resolution: field types mention its size generics as
+/// `Dim::Param`. A struct with type parameters (`struct Adam<P> { mu: P, .. }`) has one
+/// definition per list of type arguments, each named after it (`Adam<Params>`); its
+/// `generics` are then its size parameters only.
 #[derive(Debug, PartialEq)]
 pub struct StructDef {
     pub name: String,
     pub generics: Vec<Rc<str>>,
     pub fields: Vec<(String, Ty)>,
+    /// For an instance of a struct with type parameters: the struct and its type arguments.
+    pub instance: Option<(crate::resolve::ItemRef, Vec<Ty>)>,
 }
 
 #[derive(Clone, Debug)]
