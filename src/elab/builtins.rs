@@ -44,6 +44,7 @@ pub(crate) const NAMES: &[&str] = &[
     "grad",
     "value_and_grad",
     "stop_gradient",
+    "zeros_like",
     "psum",
     "pmean",
     "argsort",
@@ -67,6 +68,14 @@ impl Elab<'_> {
         if let name @ ("grad" | "value_and_grad") = func.name.as_str() {
             return Some(self.grad(name, name == "value_and_grad", args, span));
         }
+        if let Some(v) = self.leafwise_builtin(func, args, span) {
+            return Some(v);
+        }
+        self.array_builtin(func, args, span)
+    }
+
+    /// The builtins on arrays; `None` if `func` is not one.
+    pub(super) fn array_builtin(&mut self, func: &ast::Ident, args: &[ast::Expr], span: Span) -> Option<Val> {
         let name = func.name.as_str();
         let (min, max) = match name {
             "exp" | "log" | "tanh" | "sqrt" | "abs" | "floor" | "sin" | "cos" => (1, 1),

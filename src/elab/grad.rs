@@ -181,7 +181,9 @@ fn describe(prim: &Prim) -> String {
         | Prim::Scatter(_)
         | Prim::Reduce(_)
         | Prim::Argmax(_)
+        | Prim::Argsort(_)
         | Prim::Dot(_)
-        | Prim::StopGradient(_)) => format!("`{}`", p.rules().name()),
+        | Prim::StopGradient(_)
+        | Prim::AllReduce(_)) => format!("`{}`", p.rules().name()),
     }
 }

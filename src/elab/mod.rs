@@ -19,6 +19,7 @@ pub mod env;
 mod expr;
 mod grad;
 mod items;
+mod leafwise;
 mod ops;
 mod random;
 mod sort;
@@ -34,6 +35,9 @@ use crate::syntax::ast::{self, ExprKind};
 use crate::syntax::span::Span;
 use crate::types::error::TypeError;
 use crate::types::{Dim, StructDef, Subst, Ty};
+
+/// A binding of type parameters.
+pub(crate) type TypeSubst = HashMap<Rc<str>, Ty>;
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -74,9 +78,11 @@ pub fn check(prog: &Program) -> Vec<Diag> {
             cx.current = matches!(item, ast::Item::Fn(_) | ast::Item::Env(_)).then_some(r);
             match item {
                 ast::Item::Fn(f) => cx.check_fn(f),
-                ast::Item::Struct(s) => {
-                    cx.struct_def(r, s);
+                // A struct with type parameters is checked per instance, where it is used.
+                ast::Item::Struct(s) if !cx.struct_kinds(r).contains(&true) => {
+                    cx.struct_def(r, s, &[]);
                 }
+                ast::Item::Struct(_) => {}
                 ast::Item::Const(c) => {
                     cx.const_val(r, c);
                 }
@@ -155,7 +161,13 @@ pub(crate) struct Elab<'p> {
     scopes: Vec<HashMap<String, Val>>,
     /// Size parameters in scope: symbolic while checking, known while building.
     sizes: Subst,
+    /// Type parameters in scope, always bound: generic functions are checked per use.
+    types: TypeSubst,
     structs: HashMap<ItemRef, Rc<StructDef>>,
+    /// Instances of structs with type parameters, by their type arguments.
+    instances: Vec<(ItemRef, Vec<Ty>, Rc<StructDef>)>,
+    /// Which generics of each struct are type parameters.
+    kinds: HashMap<ItemRef, Vec<bool>>,
     /// Instances of the built-in `Step<S>`, by name.
     steps: HashMap<String, Rc<StructDef>>,
     consts: HashMap<ItemRef, Val>,
@@ -176,7 +188,10 @@ impl<'p> Elab<'p> {
             module: 0,
             scopes: vec![],
             sizes: Subst::new(),
+            types: TypeSubst::new(),
             structs: HashMap::new(),
+            instances: vec![],
+            kinds: HashMap::new(),
             steps: HashMap::new(),
             consts: HashMap::new(),
             stack: vec![],

@@ -35,7 +35,7 @@ use std::collections::HashMap;
 
 /// The random builtins' names, for "did you mean" suggestions.
 pub(crate) const NAMES: &[&str] =
-    &["key", "split", "fold_in", "uniform", "normal", "randint", "bernoulli", "gumbel", "categorical"];
+    &["key", "split", "fold_in", "uniform", "normal", "randint", "bernoulli", "gumbel", "categorical", "permutation"];
 
 /// `Key`: a threefry2x32 key, two u32 words, as `jax.random.key_data` gives them.
 pub(crate) fn key_ty() -> Ty {
@@ -89,7 +89,7 @@ impl Elab<'_> {
         let (min, max) = match name {
             "key" => (1, 1),
             "split" => (1, 2),
-            "fold_in" | "normal" | "gumbel" | "categorical" => (2, 2),
+            "fold_in" | "normal" | "gumbel" | "categorical" | "permutation" => (2, 2),
             "bernoulli" => (2, 3),
             "uniform" => (2, 4),
             "randint" => (4, 4),
@@ -119,6 +119,7 @@ impl Elab<'_> {
             "randint" => self.randint_draw(args),
             "bernoulli" => self.bernoulli_draw(args),
             "categorical" => self.categorical_draw(args),
+            "permutation" => self.permutation_draw(args),
             _ => unreachable!("the arity table lists exactly the random builtins"),
         })
     }
@@ -334,6 +335,54 @@ impl Elab<'_> {
         let g = self.gumbel(&k, &known_shape(&dims));
         let scores = self.bin(BinaryOp::Add, &g, &logits);
         self.apply(Prim::Argmax(Argmax { axis: dims.len() - 1 }), &[&scores])
+    }
+
+    /// `permutation(k, n)`: `jax.random.permutation(k, n)` for a static `n`, `_shuffle`'s
+    /// algorithm: starting from `arange(n)`, `ceil(3 ln n / ln(2^32 - 1))` rounds (one up
+    /// to n = 1625), each splitting the key, drawing 32-bit sort keys from the second half
+    /// and stably sorting the values by them.
+    fn permutation_draw(&mut self, args: &[ast::Expr]) -> Val {
+        let k = self.key_arg("permutation", &args[0]);
+        let n = self.static_dim(&args[1], "the length of `permutation`");
+        let Some(n) = n.filter(|_| !k.ty.is_error()) else { return Val::error() };
+        let ty = Ty::Array(DType::I32, vec![n.clone()]);
+        let Dim::Known(n) = n else { return Val::of(ty, vec![]) };
+        if !self.concrete(&[&k]) {
+            return Val::of(ty, vec![]);
+        }
+        let Ok(n) = i32::try_from(n).map(|n| n as usize) else {
+            let (value, ty) = (n.to_string(), "an `i32` index".into());
+            return self.err(TypeError::LiteralRange { value, ty, span: args[1].span });
+        };
+        let rounds = (3.0 * (n.max(1) as f64).ln() / (u32::MAX as f64).ln()).ceil() as usize;
+        let (mut key, mut x) = (k, None::<Val>);
+        for _ in 0..rounds {
+            let (next, sub) = self.split2(&key);
+            key = next;
+            let bits = self.random_bits(&sub, &[n]);
+            let order = self.apply(Prim::Argsort(Argsort { axis: 0 }), &[&bits]);
+            // Sorting the values by the keys is reading them in the keys' sorted order.
+            x = Some(match x {
+                None => order,
+                Some(x) => {
+                    let idx = self.apply(Prim::Reshape(Reshape { shape: vec![n, 1] }), &[&order]);
+                    let take = Gather {
+                        offset_dims: vec![],
+                        collapsed_slice_dims: vec![0],
+                        operand_batching_dims: vec![],
+                        indices_batching_dims: vec![],
+                        start_index_map: vec![0],
+                        slice_sizes: vec![1],
+                    };
+                    self.apply(Prim::Gather(take), &[&x, &idx])
+                }
+            });
+        }
+        let x = x.unwrap_or_else(|| {
+            let iota = Array::new(vec![n], Data::I32((0..n as i32).collect()));
+            self.known_val(iota, ty.clone(), false)
+        });
+        Val { ty, ..x }
     }
 
     // ---------------------------------------------------------------- arguments

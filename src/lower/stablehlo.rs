@@ -23,17 +23,35 @@ use crate::ir::{Func, Graph, Op, Var};
 
 /// The text builder that lowering rules write into: fresh SSA names, indented lines and
 /// type spelling.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LowerCx {
     text: String,
     depth: usize,
     next: u32,
+    /// How many replicas run the program (what collectives reduce over).
+    replicas: usize,
+}
+
+impl Default for LowerCx {
+    fn default() -> LowerCx {
+        LowerCx::with_replicas(1)
+    }
 }
 
 impl LowerCx {
-    /// An empty builder at indentation zero.
+    /// An empty builder at indentation zero, for a single-replica program.
     pub fn new() -> LowerCx {
         LowerCx::default()
+    }
+
+    /// An empty builder for a program that runs on `replicas` replicas.
+    pub fn with_replicas(replicas: usize) -> LowerCx {
+        LowerCx { text: String::new(), depth: 0, next: 0, replicas }
+    }
+
+    /// How many replicas run the program.
+    pub fn replicas(&self) -> usize {
+        self.replicas
     }
 
     /// A fresh SSA name, `%N`.
@@ -191,7 +209,7 @@ pub fn dense(a: &Array) -> String {
 /// runs); `f.name` becomes the module's name. `num_replicas` must equal the replica count in the
 /// compile options.
 pub fn lower_module(f: &Func, num_replicas: usize) -> String {
-    let mut cx = LowerCx::new();
+    let mut cx = LowerCx::with_replicas(num_replicas);
     cx.open(&format!(
         "module @{} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = {num_replicas} : i32}} {{",
         symbol(&f.name)

@@ -7,6 +7,7 @@
 //! compile until every rule exists, and "not differentiable" is a written decision.
 
 pub mod ad;
+pub mod collective;
 pub mod dot;
 pub mod elementwise;
 pub mod gather;
@@ -14,6 +15,7 @@ pub mod indexing;
 pub mod layout;
 pub mod literal;
 pub mod reduce;
+pub mod sort;
 pub mod util;
 
 #[cfg(test)]
@@ -27,6 +29,7 @@ use crate::transform::grad::NotDifferentiable;
 use crate::transform::vmap::BVal;
 
 pub use ad::StopGradient;
+pub use collective::{AllReduce, AllReduceOp};
 pub use dot::Dot;
 pub use elementwise::{Binary, BinaryOp, CmpOp, Compare, Convert, Select, Unary, UnaryOp};
 pub use gather::{Gather, Scatter};
@@ -34,6 +37,7 @@ pub use indexing::{DynamicSlice, DynamicUpdateSlice, Slice};
 pub use layout::{Broadcast, Concat, Reshape, Transpose};
 pub use literal::{Constant, Iota};
 pub use reduce::{Argmax, Reduce, ReduceOp};
+pub use sort::Argsort;
 
 /// The rules every primitive provides.
 pub trait Rules {
@@ -124,12 +128,18 @@ pub enum Prim {
     Reduce(Reduce),
     /// Index of the first maximum along an axis.
     Argmax(Argmax),
+    // sorting
+    /// Indices that sort along an axis (stable).
+    Argsort(Argsort),
     // linear algebra
     /// `dot_general`: contraction with batch dimensions.
     Dot(Dot),
     // differentiation
     /// The identity, through which no derivative flows.
     StopGradient(StopGradient),
+    // collectives
+    /// Sum or mean across the replicas of a data-parallel program.
+    AllReduce(AllReduce),
 }
 
 impl Prim {
@@ -154,8 +164,10 @@ impl Prim {
             Prim::Scatter(p) => p,
             Prim::Reduce(p) => p,
             Prim::Argmax(p) => p,
+            Prim::Argsort(p) => p,
             Prim::Dot(p) => p,
             Prim::StopGradient(p) => p,
+            Prim::AllReduce(p) => p,
         }
     }
 }
