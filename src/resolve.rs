@@ -11,7 +11,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 /// The standard library, embedded so that `podc` works from any directory.
-const STDLIB: &[(&str, &str)] = &[("math", include_str!("../stdlib/math.pod"))];
+const STDLIB: &[(&str, &str)] = &[
+    ("math", include_str!("../stdlib/math.pod")),
+    ("nn", include_str!("../stdlib/nn.pod")),
+    ("distributions", include_str!("../stdlib/distributions.pod")),
+    ("rl", include_str!("../stdlib/rl.pod")),
+];
 
 /// Which item of which module.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
