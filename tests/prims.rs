@@ -38,8 +38,9 @@ use podracer::ir::verify::verify;
 use podracer::ir::{Eqn, Func, Graph, Op, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
-    Argmax, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert, Dot, DynamicSlice,
-    DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Select, Slice, StopGradient, Transpose, Unary, UnaryOp,
+    AllReduce, AllReduceOp, Argmax, Argsort, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert,
+    Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Select, Slice, StopGradient,
+    Transpose, Unary, UnaryOp,
 };
 use podracer::runtime::{Client, Runtime};
 
@@ -541,6 +542,43 @@ fn cases() -> Vec<Case> {
         argmax(1),
         vec![Array::new(vec![2, 3], Data::Bool(vec![false, true, true, false, false, false]))],
     ));
+
+    // argsort: stable; f32 keys in JAX's order (-0 == 0, NaNs equal and last)
+    let argsort = |axis| Prim::Argsort(Argsort { axis });
+    let keys = Array::f32(
+        vec![2, 8],
+        vec![
+            f32::NAN,
+            1.0,
+            -0.0,
+            f32::NEG_INFINITY,
+            0.0,
+            -f32::NAN,
+            f32::INFINITY,
+            -0.0,
+            2.0,
+            -1.0,
+            2.0,
+            1e-40, // a subnormal, compared as zero
+            -1.0,
+            0.0,
+            2.0,
+            -1e-40,
+        ],
+    );
+    cs.push(exact("argsort f32 edges", argsort(1), vec![keys.clone()]));
+    cs.push(exact("argsort f32 axis 0", argsort(0), vec![keys]));
+    cs.push(exact("argsort f32 random", argsort(1), vec![rng.f32s(&[3, 9], -1.0, 1.0)]));
+    cs.push(exact("argsort i32 ties", argsort(0), vec![rng.i32s(&[7, 3], -2, 2)]));
+    cs.push(exact("argsort i32 edges", argsort(0), vec![i32v(&I32_EDGES)]));
+    cs.push(exact("argsort u32 edges", argsort(0), vec![u32v(&[7, u32::MAX, 0, 0x8000_0000, 7, 1])]));
+    cs.push(exact("argsort 3d middle axis", argsort(1), vec![rng.i32s(&[2, 5, 3], 0, 3)]));
+
+    // collectives, on one replica: the identity
+    for op in [AllReduceOp::Sum, AllReduceOp::Mean] {
+        cs.push(exact(format!("{op:?} f32 one replica"), Prim::AllReduce(AllReduce { op }), vec![f32v(&F32_EDGES)]));
+    }
+    cs.push(exact("psum i32 one replica", Prim::AllReduce(AllReduce { op: AllReduceOp::Sum }), vec![i32v(&I32_EDGES)]));
 
     // dot_general
     let dot = |lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]| {

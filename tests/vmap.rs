@@ -28,8 +28,9 @@ use podracer::ir::verify::verify;
 use podracer::ir::{Func, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
-    Argmax, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert, Dot, DynamicSlice,
-    DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Select, Slice, StopGradient, Transpose, Unary, UnaryOp,
+    AllReduce, AllReduceOp, Argmax, Argsort, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert,
+    Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Select, Slice, StopGradient,
+    Transpose, Unary, UnaryOp,
 };
 use podracer::transform::vmap::{BVal, batch_into, batched_ty, bdim_at, vmap};
 
@@ -387,6 +388,12 @@ fn prim_cases() -> Vec<Case> {
     cs.push(exact("argmax axis 1", argmax(1), vec![edgy(&[3, 4])]));
     cs.push(exact("argmax axis 0", argmax(0), vec![edgy(&[3, 4])]));
     cs.push(exact("argmax i32 3d", argmax(1), vec![Gen::I32(vec![2, 3, 2], -2, 2)]));
+    let argsort = |axis| Prim::Argsort(Argsort { axis });
+    cs.push(exact("argsort axis 1", argsort(1), vec![edgy(&[3, 4])]));
+    cs.push(exact("argsort axis 0 ties", argsort(0), vec![Gen::I32(vec![4, 3], -2, 2)]));
+    cs.push(exact("argsort u32 3d", argsort(2), vec![Gen::U32(vec![2, 3, 2])]));
+    cs.push(exact("pmean", Prim::AllReduce(AllReduce { op: AllReduceOp::Mean }), vec![edgy(&s)]));
+    cs.push(exact("psum i32", Prim::AllReduce(AllReduce { op: AllReduceOp::Sum }), vec![i32s(&s)]));
 
     // dot_general
     let dot = |lb: &[usize], rb: &[usize], lc: &[usize], rc: &[usize]| {
@@ -814,7 +821,8 @@ fn on_device(i: &Instance) -> bool {
         | Prim::Compare(_)
         | Prim::Select(_)
         | Prim::Convert(_)
-        | Prim::StopGradient(_) => !i.rule && all,
+        | Prim::StopGradient(_)
+        | Prim::AllReduce(_) => !i.rule && all,
         Prim::Constant(_) | Prim::Iota(_) => !i.rule,
         Prim::Reshape(_) | Prim::Concat(_) => !i.rule && all_or_one,
         Prim::Broadcast(_)
@@ -822,6 +830,7 @@ fn on_device(i: &Instance) -> bool {
         | Prim::Slice(_)
         | Prim::Reduce(_)
         | Prim::Argmax(_)
+        | Prim::Argsort(_)
         | Prim::Dot(_)
         | Prim::Gather(_)
         | Prim::Scatter(_) => i.rule && at_ends,
