@@ -10,8 +10,8 @@
 //! ```
 //!
 //! Every primitive has one home under `prims/` holding all of its rules. The core is pure;
-//! IO lives in `resolve` (reading modules), `runtime` and `cli`, and `unsafe` only in
-//! `runtime::pjrt::ffi`.
+//! IO lives in `resolve` (reading modules), `runtime`, `train` (a run's checkpoints,
+//! metrics and plots) and `cli`, and `unsafe` only in `runtime::pjrt::ffi`.
 
 #![deny(unsafe_code)]
 
@@ -27,5 +27,6 @@ pub mod prims;
 pub mod resolve;
 pub mod runtime;
 pub mod syntax;
+pub mod train;
 pub mod transform;
 pub mod types;
