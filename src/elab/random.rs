@@ -351,7 +351,7 @@ impl Elab<'_> {
             return Val::of(ty, vec![]);
         }
         let Ok(n) = i32::try_from(n).map(|n| n as usize) else {
-            let (value, ty) = (n.to_string(), "an `i32` index".into());
+            let (value, ty) = (n.to_string(), "i32".into());
             return self.err(TypeError::LiteralRange { value, ty, span: args[1].span });
         };
         let rounds = (3.0 * (n.max(1) as f64).ln() / (u32::MAX as f64).ln()).ceil() as usize;
