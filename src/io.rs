@@ -201,3 +201,8 @@ fn nest(items: &[String], shape: &[usize]) -> String {
         }
     }
 }
+
+/// `key(seed)`, as `jax.random.key_data(jax.random.key(seed))` gives it for a 64-bit seed.
+pub fn seed_key(seed: i64) -> Array {
+    Array::new(vec![2], crate::array::Data::U32(vec![(seed >> 32) as u32, seed as u32]))
+}

@@ -59,6 +59,7 @@ pub fn item_name(item: &ast::Item) -> &ast::Ident {
         ast::Item::Struct(s) => &s.name,
         ast::Item::Fn(f) => &f.name,
         ast::Item::Env(e) => &e.name,
+        ast::Item::Agent(a) => &a.name,
     }
 }
 

@@ -29,9 +29,6 @@ fn env_funcs(prog: &Program, file: &Path, name: Option<&str>) -> Result<EnvFuncs
 }
 
 /// The key data of `key(seed)`, as `jax.random.key(seed)` makes it.
-pub fn seed_key(seed: i64) -> Array {
-    Array::new(vec![2], Data::U32(vec![(seed >> 32) as u32, seed as u32]))
-}
 
 fn compile(client: &Client, f: &crate::ir::Func, replicas: usize) -> Result<Executable, Failure> {
     Ok(client.compile(&lower_module(f, replicas), replicas)?)
@@ -84,7 +81,7 @@ pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let client = Runtime::open(plugin, None)?;
     let reset = compile(&client, &env.reset, 1)?;
     let step = compile(&client, &env.step, 1)?;
-    let base = seed_key(a.seed);
+    let base = crate::io::seed_key(a.seed);
     let n_state = env.step.graph.params.len() - 3;
     let out = download(&reset.execute(&[&client.upload(&base, 0)?])?)?;
     let mut state: Vec<Array> = out[..n_state + 1].to_vec();
@@ -141,7 +138,7 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let program = bench_program(&prog, &env, a.envs / a.devices, a.steps);
     let exe = compile(&client, &program, a.devices)?;
     let compile_s = start.elapsed().as_secs_f64();
-    let keys: Vec<Buffer> = (0..a.devices).map(|d| client.upload(&seed_key(d as i64), d)).collect::<Result<_, _>>()?;
+    let keys: Vec<Buffer> = (0..a.devices).map(|d| client.upload(&crate::io::seed_key(d as i64), d)).collect::<Result<_, _>>()?;
     let args: Vec<Vec<&Buffer>> = keys.iter().map(|k| vec![k]).collect();
     let mut times = vec![];
     let mut episodes = 0;

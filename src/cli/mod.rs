@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 mod env;
+mod train;
 
 #[derive(Parser)]
 #[command(name = "podc", version, about = "The podracer compiler: typed array programs for RL, run through PJRT")]
@@ -63,6 +64,30 @@ enum Command {
         #[arg(long)]
         steps: Option<usize>,
     },
+    /// Train an agent with the Anakin driver: acting, env steps and learning in one
+    /// program per `--updates-per-call` updates, replicated over `--devices`.
+    Train {
+        file: PathBuf,
+        #[command(flatten)]
+        shape: ShapeArgs,
+        /// Stop after this many env steps (rounded up to whole calls).
+        #[arg(long, default_value_t = 500_000)]
+        total_steps: u64,
+        #[arg(long, default_value_t = 0)]
+        seed: i64,
+        /// Where `metrics.jsonl`, `curve.png` and the checkpoint go.
+        #[arg(long, default_value = "runs/latest")]
+        out: PathBuf,
+        /// Continue the run checkpointed in this directory (same flags; `--total-steps` may grow).
+        #[arg(long, value_name = "DIR")]
+        resume: Option<PathBuf>,
+        /// Write a checkpoint every this many calls (and at the end).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+        checkpoint_every: u64,
+        /// No progress bar or summary.
+        #[arg(long, short)]
+        quiet: bool,
+    },
     /// Measure throughput.
     #[command(subcommand)]
     Bench(Bench),
@@ -97,6 +122,60 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Compile time and env steps per second of Anakin training (learning included):
+    /// the median of several calls after a warm-up.
+    Train {
+        file: PathBuf,
+        #[command(flatten)]
+        shape: ShapeArgs,
+        /// Timed calls (after one warm-up call).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
+        runs: u64,
+        /// Print one JSON object: `{"compile_s", "steps_per_sec", "runs", "envs", "rollout",
+        /// "updates_per_call", "devices"}`.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The sizes of an Anakin run.
+#[derive(clap::Args)]
+struct ShapeArgs {
+    /// The agent to train (default: the file's only one).
+    #[arg(long)]
+    agent: Option<String>,
+    /// The architecture; only `anakin` (envs written in `.pod`) for now.
+    #[arg(long, value_enum, default_value = "anakin")]
+    arch: Arch,
+    /// Environments, split evenly over the devices.
+    #[arg(long, default_value_t = 128)]
+    envs: usize,
+    /// Steps per rollout (T).
+    #[arg(long, default_value_t = 16)]
+    rollout: usize,
+    /// Updates per call of the device program (K).
+    #[arg(long, default_value_t = 10)]
+    updates_per_call: usize,
+    /// Devices to replicate over (CPU devices come from the CPU plugin).
+    #[arg(long, default_value_t = 1)]
+    devices: usize,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Arch {
+    Anakin,
+}
+
+impl ShapeArgs {
+    fn shape(&self) -> crate::train::anakin::RunShape {
+        let Arch::Anakin = self.arch;
+        crate::train::anakin::RunShape {
+            envs: self.envs,
+            rollout: self.rollout,
+            updates_per_call: self.updates_per_call,
+            devices: self.devices,
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -139,6 +218,24 @@ pub fn main(cli: Cli) -> ExitCode {
         ),
         Command::Bench(Bench::Env { file, env, envs, steps, devices, runs, json }) => env::bench(
             env::BenchArgs { file: &file, env: env.as_deref(), envs, steps, devices, runs: runs as usize, json },
+            cli.plugin.as_deref(),
+        ),
+        Command::Train { file, shape, total_steps, seed, out, resume, checkpoint_every, quiet } => train::train(
+            train::TrainArgs {
+                file,
+                agent: shape.agent.clone(),
+                shape: shape.shape(),
+                total_steps,
+                seed,
+                out,
+                resume,
+                checkpoint_every,
+                quiet,
+            },
+            cli.plugin.as_deref(),
+        ),
+        Command::Bench(Bench::Train { file, shape, runs, json }) => train::bench(
+            train::BenchTrainArgs { file, agent: shape.agent.clone(), shape: shape.shape(), runs: runs as usize, json },
             cli.plugin.as_deref(),
         ),
         Command::Devices { cpu_devices } => devices(cli.plugin.as_deref(), cpu_devices),

@@ -141,7 +141,7 @@ impl<'p> Elab<'p> {
         let r = self.prog.modules[self.module].scope.get(&id.name).copied()?;
         match self.prog.item(r) {
             ast::Item::Fn(f) => Some((r, f)),
-            ast::Item::Const(_) | ast::Item::Struct(_) | ast::Item::Env(_) => None,
+            ast::Item::Const(_) | ast::Item::Struct(_) | ast::Item::Env(_) | ast::Item::Agent(_) => None,
         }
     }
 

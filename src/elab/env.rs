@@ -131,7 +131,7 @@ impl Elab<'_> {
         let missing: Vec<&str> = ["observation", "action"].into_iter().filter(|m| !seen.contains_key(m)).collect();
         for m in &missing {
             self.err(TypeError::EnvMissing {
-                env: e.name.name.clone(),
+                env: format!("env `{}`", e.name.name),
                 what: format!("`{m}`"),
                 span: e.name.span,
                 help: None,
@@ -145,7 +145,7 @@ impl Elab<'_> {
             if !fns.contains_key(name) {
                 let help = signature(name, &state_s, &obs_s);
                 let what = format!("`fn {name}`");
-                self.err(TypeError::EnvMissing { env: e.name.name.clone(), what, span: e.name.span, help });
+                self.err(TypeError::EnvMissing { env: format!("env `{}`", e.name.name), what, span: e.name.span, help });
             }
         }
         let state = state?;
@@ -184,7 +184,7 @@ impl Elab<'_> {
                 let found =
                     format!("fn {name}({}) -> {}", written.join(", "), crate::syntax::print::print_type(&f.ret));
                 let expected = signature(name, &state_s, &obs_s).unwrap_or_default();
-                let (env, func) = (e.name.name.clone(), name.to_string());
+                let (env, func) = (format!("env `{}`", e.name.name), name.to_string());
                 self.err(TypeError::EnvSignature { env, func, expected, found, label, span });
             }
         }
@@ -198,7 +198,7 @@ impl Elab<'_> {
     }
 
     /// A non-generic function's parameter and result types.
-    fn signature_types(&mut self, f: &ast::Fn) -> (Vec<Ty>, Ty) {
+    pub(super) fn signature_types(&mut self, f: &ast::Fn) -> (Vec<Ty>, Ty) {
         let saved = std::mem::take(&mut self.sizes);
         let params = f.params.iter().map(|(_, t)| self.resolve_ty(t)).collect();
         let ret = self.resolve_ty(&f.ret);
@@ -230,7 +230,7 @@ impl Elab<'_> {
 
     /// A builtin applied to values and static arguments, through a tiny synthesized call,
     /// so that the derived functions use exactly the builtins users call.
-    fn call_builtin(&mut self, name: &str, args: Vec<Arg>, span: Span) -> Val {
+    pub(super) fn call_builtin(&mut self, name: &str, args: Vec<Arg>, span: Span) -> Val {
         self.scopes.push(HashMap::new());
         let int = |n: u64| ast::Expr { kind: ExprKind::Int(n), span };
         let mut exprs = vec![];
@@ -254,7 +254,7 @@ impl Elab<'_> {
 }
 
 /// An argument of a synthesized builtin call.
-enum Arg {
+pub(super) enum Arg {
     Val(Val),
     Int(u64),
     Shape(Vec<u64>),
@@ -442,7 +442,7 @@ pub fn bench_program(prog: &Program, env: &EnvFuncs, envs: usize, steps: usize) 
 }
 
 /// `split(k)` as a pair of keys.
-fn split2(cx: &mut Elab, k: Val, span: Span) -> (Val, Val) {
+pub(super) fn split2(cx: &mut Elab, k: Val, span: Span) -> (Val, Val) {
     let keys = cx.call_builtin("split", vec![Arg::Val(k)], span);
     let mut parts = cx.split(&keys);
     let second = parts.pop().expect("split gives two keys");

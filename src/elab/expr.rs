@@ -171,7 +171,7 @@ impl Elab<'_> {
         match self.prog.modules[self.module].scope.get(&id.name).copied() {
             Some(r) => match self.prog.item(r) {
                 ast::Item::Const(c) => self.const_val(r, c),
-                ast::Item::Fn(_) | ast::Item::Env(_) => {
+                ast::Item::Fn(_) | ast::Item::Env(_) | ast::Item::Agent(_) => {
                     self.err(TypeError::NotAValue { name: id.name.clone(), span: id.span })
                 }
                 ast::Item::Struct(_) => {
@@ -248,8 +248,20 @@ impl Elab<'_> {
     }
 
     pub(super) fn struct_lit(&mut self, name: &ast::Ident, fields: &[(ast::Ident, ast::Expr)], span: Span) -> Val {
-        let vals: Vec<Val> = fields.iter().map(|(_, x)| self.expr(x)).collect();
         let item = self.prog.modules[self.module].scope.get(&name.name).copied();
+        // A struct without generics gives each field its expected type (for a size that
+        // only a result fixes, as in `Params { layer: dense_init(key) }`).
+        let known = match item.map(|r| (r, self.prog.item(r))) {
+            Some((r, ast::Item::Struct(s))) if s.generics.is_empty() => Some(self.struct_def(r, s, &[])),
+            _ => None,
+        };
+        let vals: Vec<Val> = fields
+            .iter()
+            .map(|(f, x)| {
+                let expected = known.as_ref().and_then(|d| d.fields.iter().find(|(n, _)| *n == f.name)).map(|(_, t)| t);
+                self.expr_with(x, expected)
+            })
+            .collect();
         let def = match item.map(|r| (r, self.prog.item(r))) {
             Some((r, ast::Item::Struct(s))) => {
                 let kinds = self.struct_kinds(r);

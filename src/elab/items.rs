@@ -217,6 +217,16 @@ impl Elab<'_> {
                 if item.is_none() && name.name == "Key" && args.is_empty() {
                     return random::key_ty();
                 }
+                if let (None, super::agent::TRAJECTORY, Some(obs)) = (item, name.name.as_str(), self.trajectory.clone()) {
+                    let def = self.trajectory_def(&obs);
+                    if args.len() != 2 {
+                        let (what, found) = (format!("`{}`", super::agent::TRAJECTORY), args.len());
+                        self.err(TypeError::Arity { what, expected: 2, found, span: t.span, decl: None });
+                        return Ty::Error;
+                    }
+                    let dims: Option<Vec<Dim>> = args.iter().map(|x| self.resolve_dim(x)).collect();
+                    return dims.map(|dims| Ty::Struct(def, dims)).unwrap_or(Ty::Error);
+                }
                 if let (None, STEP, [ast::DimExpr::Name(state)]) = (item, name.name.as_str(), &args[..]) {
                     let state = self.type_arg(state);
                     return if state.is_error() { state } else { Ty::Struct(self.step_def(state), vec![]) };

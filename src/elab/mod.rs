@@ -11,6 +11,8 @@
 //! A value is a [`Val`]: its surface type and, in build mode, the IR variables of its
 //! flattened leaves.
 
+pub mod agent;
+pub mod anakin;
 mod builtins;
 mod calls;
 mod collective;
@@ -75,7 +77,7 @@ pub fn check(prog: &Program) -> Vec<Diag> {
             let r = ItemRef { module: m, index };
             cx.module = m;
             // Calls are recorded against the function or env whose body makes them.
-            cx.current = matches!(item, ast::Item::Fn(_) | ast::Item::Env(_)).then_some(r);
+            cx.current = matches!(item, ast::Item::Fn(_) | ast::Item::Env(_) | ast::Item::Agent(_)).then_some(r);
             match item {
                 ast::Item::Fn(f) => cx.check_fn(f),
                 // A struct with type parameters is checked per instance, where it is used.
@@ -88,6 +90,9 @@ pub fn check(prog: &Program) -> Vec<Diag> {
                 }
                 ast::Item::Env(e) => {
                     cx.check_env(e);
+                }
+                ast::Item::Agent(a) => {
+                    cx.check_agent(a);
                 }
             }
         }
@@ -168,7 +173,9 @@ pub(crate) struct Elab<'p> {
     instances: Vec<(ItemRef, Vec<Ty>, Rc<StructDef>)>,
     /// Which generics of each struct are type parameters.
     kinds: HashMap<ItemRef, Vec<bool>>,
-    /// Instances of the built-in `Step<S>`, by name.
+    /// The observation type inside an agent, where `Trajectory<T, B>` is defined.
+    trajectory: Option<Ty>,
+    /// Instances of the built-in `Step<S>` and `Trajectory<T, B>`, by name.
     steps: HashMap<String, Rc<StructDef>>,
     consts: HashMap<ItemRef, Val>,
     /// Functions being inlined (build mode), to stop at recursion.
@@ -189,6 +196,7 @@ impl<'p> Elab<'p> {
             scopes: vec![],
             sizes: Subst::new(),
             types: TypeSubst::new(),
+            trajectory: None,
             structs: HashMap::new(),
             instances: vec![],
             kinds: HashMap::new(),

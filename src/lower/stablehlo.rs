@@ -209,6 +209,13 @@ pub fn dense(a: &Array) -> String {
 /// runs); `f.name` becomes the module's name. `num_replicas` must equal the replica count in the
 /// compile options.
 pub fn lower_module(f: &Func, num_replicas: usize) -> String {
+    lower_module_donating(f, num_replicas, 0)
+}
+
+/// [`lower_module`], with the first `donated` parameters donated to the results at the
+/// same positions (which must have their types): XLA may then update them in place, and
+/// the caller's input buffers are consumed by the call.
+pub fn lower_module_donating(f: &Func, num_replicas: usize, donated: usize) -> String {
     let mut cx = LowerCx::with_replicas(num_replicas);
     cx.open(&format!(
         "module @{} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = {num_replicas} : i32}} {{",
@@ -216,9 +223,10 @@ pub fn lower_module(f: &Func, num_replicas: usize) -> String {
     ));
     let mut env: HashMap<Var, String> = HashMap::new();
     let mut params = vec![];
-    for &p in &f.graph.params {
+    for (i, &p) in f.graph.params.iter().enumerate() {
         let name = cx.fresh();
-        params.push(format!("{name}: {}", tensor_type(f.ty(p))));
+        let alias = if i < donated { format!(" {{tf.aliasing_output = {i} : i32}}") } else { String::new() };
+        params.push(format!("{name}: {}{alias}", tensor_type(f.ty(p))));
         env.insert(p, name);
     }
     let results: Vec<String> = f.result_types().iter().map(tensor_type).collect();

@@ -36,6 +36,7 @@ pub enum Item {
     Struct(Struct),
     Fn(Fn),
     Env(Env),
+    Agent(Agent),
 }
 
 /// `const ROWS: i32 = 10;`
@@ -88,6 +89,16 @@ pub struct Fn {
 pub struct Env {
     pub name: Ident,
     pub members: Vec<EnvMember>,
+    pub fns: Vec<Fn>,
+    pub span: Span,
+}
+
+/// `agent A2C for Catch { fn init(..) fn act(..) fn update(..) }`: how to act in and
+/// learn from an environment, for the training drivers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Agent {
+    pub name: Ident,
+    pub env: Ident,
     pub fns: Vec<Fn>,
     pub span: Span,
 }

@@ -263,7 +263,7 @@ impl ErrorContext<'_, '_> {
             // (or for an item keyword, which cannot be inside braces, except `fn` right in an env)
             (
                 Some((lo, Tok::LBrace, hi)),
-                Tok::RParen | Tok::RBracket | Tok::Fn | Tok::Env | Tok::Struct | Tok::Const | Tok::Use,
+                Tok::RParen | Tok::RBracket | Tok::Fn | Tok::Env | Tok::Agent | Tok::Struct | Tok::Const | Tok::Use,
             ) if has(expected, "}") => diag.with_label(Span::new(self.file, lo, hi), "unclosed delimiter"),
             _ => diag,
         };
@@ -479,7 +479,7 @@ fn nesting_bound(tokens: &[Spanned<'_>]) -> Option<(usize, usize)> {
                     top = parent;
                 }
             }
-            Tok::Comma | Tok::Semi | Tok::Let | Tok::Fn | Tok::Env | Tok::Struct | Tok::Const | Tok::Use => {
+            Tok::Comma | Tok::Semi | Tok::Let | Tok::Fn | Tok::Env | Tok::Agent | Tok::Struct | Tok::Const | Tok::Use => {
                 top.done = top.depth();
                 top.ops = 0;
                 top.inner = 0;

@@ -185,6 +185,11 @@ fn item_doc(item: &Item) -> Doc {
             items.extend(e.fns.iter().map(fn_doc));
             Doc::List { force: items.len() > 2, items, head: 2 }
         }
+        Item::Agent(a) => {
+            let mut items = vec![atom("agent"), atom(&a.name.name), atom(format!("for {}", a.env.name))];
+            items.extend(a.fns.iter().map(fn_doc));
+            Doc::List { force: items.len() > 3, items, head: 3 }
+        }
     }
 }
 

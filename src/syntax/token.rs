@@ -54,6 +54,8 @@ pub enum Tok<'s> {
     Fn,
     #[token("env")]
     Env,
+    #[token("agent")]
+    Agent,
     #[token("let")]
     Let,
     #[token("if")]
@@ -208,6 +210,7 @@ impl Tok<'_> {
                 | Tok::Struct
                 | Tok::Fn
                 | Tok::Env
+                | Tok::Agent
                 | Tok::Let
                 | Tok::If
                 | Tok::Else

@@ -3,6 +3,7 @@
 //! (JSONL, cut back to the last checkpoint on resume), the learning-curve plot and the
 //! progress bar. `docs/training.md` describes the files.
 
+pub mod anakin;
 mod atomic;
 pub mod checkpoint;
 pub mod metrics;

@@ -35,6 +35,7 @@ pub enum TypeError {
     NotAValue { name: String, span: Span },
     LiteralRange { value: String, ty: String, span: Span },
     Entry { detail: String, span: Span },
+    /// `env` names the item: "env `Catch`", "agent `A2C`".
     EnvMissing { env: String, what: String, span: Span, help: Option<String> },
     EnvSignature { env: String, func: String, expected: String, found: String, label: String, span: Span },
     EnvMember { detail: String, span: Span },
@@ -195,14 +196,14 @@ impl TypeError {
             }
             E::Entry { detail, span } => Diag::new("E0223", "invalid entry point", span, detail),
             E::EnvMissing { env, what, span, help } => {
-                let d = Diag::new("E0301", format!("env `{env}` is missing {what}"), span, format!("{what} is required"));
+                let d = Diag::new("E0301", format!("{env} is missing {what}"), span, format!("{what} is required"));
                 match help {
                     Some(h) => d.with_help(format!("add `{h}`")),
                     None => d,
                 }
             }
             E::EnvSignature { env, func, expected, found, label, span } => {
-                Diag::new("E0302", format!("`{func}` of env `{env}` has the wrong type"), span, label)
+                Diag::new("E0302", format!("`{func}` of {env} has the wrong type"), span, label)
                     .with_note(format!("expected `{expected}`"))
                     .with_note(format!("   found `{found}`"))
             }

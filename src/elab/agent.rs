@@ -1,0 +1,276 @@
+//! Agents: checking an `agent` declaration's interface, and building its functions for
+//! the training drivers.
+//!
+//! `agent A2C for Catch { .. }` says how to act in and learn from one environment:
+//! - `fn init(key: Key) -> L`: the learner state, any record (parameters and optimiser
+//!   state), so that checkpoints name every array by its field path;
+//! - `fn act(l: L, obs: OBS, key: Key) -> i32`: an action for one observation (the driver
+//!   batches it over the environments);
+//! - `fn update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M)`: one learning
+//!   step from a rollout of `T` steps of `B` environments, with metrics `M`, a struct of
+//!   `f32` scalars (reported by field name). With several devices each runs `update` on
+//!   its own environments; the update averages its gradients with `pmean`.
+//!
+//! Inside an agent, `Trajectory<T, B>` is the built-in record of a rollout (time-major):
+//! `obs: OBS[T, B]`, `action: i32[T, B]`, `reward: f32[T, B]`, `terminated`,
+//! `truncated: bool[T, B]` and `last_obs: OBS[B]` (the observation after the last step,
+//! to bootstrap from).
+
+use super::env::EnvInfo;
+use super::{Elab, TypeSubst, Val};
+use crate::array::DType;
+use crate::diag::Diag;
+use crate::ir::Func;
+use crate::ir::build::Builder;
+use crate::resolve::{ItemRef, Program};
+use crate::syntax::ast;
+use crate::types::error::TypeError;
+use crate::types::{Dim, StructDef, Subst, Ty};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// The built-in record of a rollout.
+pub(crate) const TRAJECTORY: &str = "Trajectory";
+
+/// What the checker learned about an agent.
+pub struct AgentInfo {
+    pub name: String,
+    pub env: EnvInfo,
+    /// The learner state `L`.
+    pub learner: Ty,
+    /// The metrics `M` that `update` returns.
+    pub metrics: Ty,
+}
+
+/// An agent's functions, built for `B` environments per device and rollouts of `T` steps.
+pub struct AgentFuncs {
+    pub info: AgentInfo,
+    /// `(key) -> L`.
+    pub init: Func,
+    /// `(L.., obs, key) -> action`.
+    pub act: Func,
+    /// `(L.., obs[T, B], action, reward, terminated, truncated, last_obs[B], key) -> (L.., M..)`.
+    pub update: Func,
+}
+
+fn signature(name: &str, learner: &str, obs: &str) -> String {
+    match name {
+        "init" => format!("fn init(key: Key) -> {learner}"),
+        "act" => format!("fn act(l: {learner}, obs: {obs}, key: Key) -> i32"),
+        _ => format!("fn update<T, B>(l: {learner}, traj: Trajectory<T, B>, key: Key) -> ({learner}, Metrics)"),
+    }
+}
+
+impl Elab<'_> {
+    /// The built-in `Trajectory<T, B>` for observations of type `obs`.
+    pub(super) fn trajectory_def(&mut self, obs: &Ty) -> Rc<StructDef> {
+        let name = format!("{TRAJECTORY}<{obs}>");
+        if let Some(d) = self.steps.get(&name) {
+            return d.clone();
+        }
+        let (t, b) = (Dim::Param(Rc::from("T")), Dim::Param(Rc::from("B")));
+        let Ty::Array(dtype, dims) = obs else { unreachable!("checked: observations are arrays") };
+        let stacked = |d: DType, lead: &[Dim]| Ty::Array(d, lead.iter().cloned().chain(dims.iter().cloned()).collect());
+        let tb = [t.clone(), b.clone()];
+        let per_step = |d: DType| Ty::Array(d, tb.to_vec());
+        let fields = vec![
+            ("obs".to_string(), stacked(*dtype, &tb)),
+            ("action".to_string(), per_step(DType::I32)),
+            ("reward".to_string(), per_step(DType::F32)),
+            ("terminated".to_string(), per_step(DType::Bool)),
+            ("truncated".to_string(), per_step(DType::Bool)),
+            ("last_obs".to_string(), stacked(*dtype, &[b])),
+        ];
+        let def = Rc::new(StructDef { name: TRAJECTORY.into(), generics: vec!["T".into(), "B".into()], fields, instance: None });
+        self.steps.insert(name, def.clone());
+        def
+    }
+
+    /// Checks an `agent`: its environment, and that its three functions exist with the
+    /// right types.
+    pub(crate) fn check_agent(&mut self, a: &ast::Agent) -> Option<AgentInfo> {
+        let found = self.prog.modules[self.module].scope.get(&a.env.name).copied();
+        let Some((r, e)) = found.and_then(|r| match self.prog.item(r) {
+            ast::Item::Env(e) => Some((r, e)),
+            _ => None,
+        }) else {
+            let detail = format!("`{}` is not an env", a.env.name);
+            self.err(TypeError::EnvMember { detail, span: a.env.span });
+            return None;
+        };
+        let module = std::mem::replace(&mut self.module, r.module);
+        let env = self.check_env(e);
+        self.module = module;
+        let env = env?;
+        if !matches!(env.observation, Ty::Array(..)) {
+            let detail = format!("an agent's env must observe an array, not `{}`", env.observation);
+            self.err(TypeError::EnvMember { detail, span: a.env.span });
+            return None;
+        }
+        let saved = self.trajectory.replace(env.observation.clone());
+        let info = self.check_agent_fns(a, env);
+        self.trajectory = saved;
+        info
+    }
+
+    fn check_agent_fns(&mut self, a: &ast::Agent, env: EnvInfo) -> Option<AgentInfo> {
+        let what = format!("agent `{}`", a.name.name);
+        let mut fns: HashMap<&str, &ast::Fn> = HashMap::new();
+        for f in &a.fns {
+            self.check_fn(f);
+            if let Some(first) = fns.insert(&f.name.name, f) {
+                self.err(TypeError::Duplicate { name: f.name.name.clone(), span: f.name.span, first: first.name.span });
+            }
+            if !["init", "act", "update"].contains(&f.name.name.as_str()) {
+                let detail = "an agent has exactly the functions `init`, `act` and `update`".to_string();
+                self.err(TypeError::EnvMember { detail, span: f.name.span });
+            }
+        }
+        let learner = fns.get("init").map(|f| self.signature_types(f).1);
+        let learner_s = learner.as_ref().map_or_else(|| "L".to_string(), |t| t.to_string());
+        let obs_s = env.observation.to_string();
+        for name in ["init", "act", "update"] {
+            if !fns.contains_key(name) {
+                let help = Some(signature(name, &learner_s, &obs_s));
+                let (env, what) = (what.clone(), format!("`fn {name}`"));
+                self.err(TypeError::EnvMissing { env, what, span: a.name.span, help });
+            }
+        }
+        let (learner, init, act, update) = (learner?, fns.get("init")?, fns.get("act")?, fns.get("update")?);
+        let key = super::random::key_ty();
+        let wrong = |cx: &mut Self, f: &ast::Fn, span: crate::syntax::span::Span, label: String| {
+            let written: Vec<String> =
+                f.params.iter().map(|(n, t)| format!("{}: {}", n.name, crate::syntax::print::print_type(t))).collect();
+            let generics = match f.generics.is_empty() {
+                true => String::new(),
+                false => format!("<{}>", f.generics.iter().map(|g| g.name.as_str()).collect::<Vec<_>>().join(", ")),
+            };
+            let found = format!(
+                "fn {}{generics}({}) -> {}",
+                f.name.name,
+                written.join(", "),
+                crate::syntax::print::print_type(&f.ret)
+            );
+            let expected = signature(&f.name.name, &learner_s, &obs_s);
+            let (env, func) = (what.clone(), f.name.name.clone());
+            cx.err(TypeError::EnvSignature { env, func, expected, found, label, span });
+        };
+        let mut ok = true;
+        // init(key: Key) -> L
+        let (p, _) = self.signature_types(init);
+        if p != [key.clone()] {
+            wrong(self, init, init.name.span, "expected one parameter, a `Key`".into());
+            ok = false;
+        }
+        // act(l: L, obs: OBS, key: Key) -> i32
+        let (p, r) = self.signature_types(act);
+        let want = [learner.clone(), env.observation.clone(), key.clone()];
+        if p != want || r != Ty::scalar(DType::I32) {
+            wrong(self, act, act.name.span, "expected the learner state, an observation and a key, giving `i32`".into());
+            ok = false;
+        }
+        // update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M)
+        let mut metrics = None;
+        if update.generics.len() != 2 {
+            wrong(self, update, update.name.span, "expected two size parameters, the steps and the envs".into());
+            ok = false;
+        } else {
+            let sizes: Subst =
+                update.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect();
+            let saved = std::mem::replace(&mut self.sizes, sizes);
+            let p: Vec<Ty> = update.params.iter().map(|(_, t)| self.resolve_ty(t)).collect();
+            let r = self.resolve_ty(&update.ret);
+            self.sizes = saved;
+            let tb: Vec<Dim> = update.generics.iter().map(|g| Dim::Param(Rc::from(g.name.as_str()))).collect();
+            let traj = Ty::Struct(self.trajectory_def(&env.observation), tb);
+            let m = match &r {
+                Ty::Tuple(ts) if ts.len() == 2 && ts[0] == learner && is_metrics(&ts[1]) => Some(ts[1].clone()),
+                _ => None,
+            };
+            if p != [learner.clone(), traj, key] || m.is_none() {
+                let label = "expected the learner state, a `Trajectory<T, B>` and a key, giving the new state and a struct of `f32` metrics";
+                wrong(self, update, update.ret.span, label.into());
+                ok = false;
+            }
+            metrics = m;
+        }
+        let metrics = metrics.filter(|_| ok)?;
+        Some(AgentInfo { name: a.name.name.clone(), env, learner, metrics })
+    }
+}
+
+/// Whether a type is a struct of `f32` scalars.
+fn is_metrics(t: &Ty) -> bool {
+    match t {
+        Ty::Struct(def, args) => {
+            Ty::struct_fields(def, args).iter().all(|(_, t)| matches!(t, Ty::Array(DType::F32, d) if d.is_empty()))
+        }
+        _ => false,
+    }
+}
+
+/// Checks the agent named `name` in the root module and builds its functions for `envs`
+/// environments per device and rollouts of `steps` steps.
+pub fn build_agent(prog: &Program, name: &str, envs: usize, steps: usize) -> Result<AgentFuncs, Box<Diag>> {
+    let found = prog.modules.first().and_then(|m| m.scope.get(name)).copied();
+    let Some((r, a)) = found.and_then(|r| match prog.item(r) {
+        ast::Item::Agent(a) => Some((r, a)),
+        _ => None,
+    }) else {
+        return Err(Box::new(no_agent(prog, name)));
+    };
+    let info = {
+        let mut cx = Elab::new(prog, None);
+        cx.module = r.module;
+        cx.check_agent(a).ok_or_else(|| Box::new(cx.diags.first().cloned().unwrap_or_else(|| no_agent(prog, name))))?
+    };
+    let fun = |n: &str| a.fns.iter().find(|f| f.name.name == n).expect("checked: the agent has its functions");
+    let obs = info.env.observation.clone();
+    let sizes: Subst = fun("update")
+        .generics
+        .iter()
+        .zip([steps, envs])
+        .map(|(g, n)| (Rc::from(g.name.as_str()), Dim::Known(n as u64)))
+        .collect();
+    let init = derive(prog, r, &obs, fun("init"), Subst::new())?;
+    let act = derive(prog, r, &obs, fun("act"), Subst::new())?;
+    let update = derive(prog, r, &obs, fun("update"), sizes)?;
+    Ok(AgentFuncs { info, init, act, update })
+}
+
+/// Builds one of an agent's (checked) functions with its sizes known.
+fn derive(prog: &Program, r: ItemRef, obs: &Ty, f: &ast::Fn, sizes: Subst) -> Result<Func, Box<Diag>> {
+    let mut cx = Elab::new(prog, Some(Builder::new()));
+    cx.module = r.module;
+    cx.trajectory = Some(obs.clone());
+    cx.scopes.push(HashMap::new());
+    let saved = std::mem::replace(&mut cx.sizes, sizes.clone());
+    let tys: Vec<Ty> = f.params.iter().map(|(_, t)| cx.resolve_ty(t)).collect();
+    let ret = cx.resolve_ty(&f.ret);
+    cx.sizes = saved;
+    let args: Vec<Val> = tys.into_iter().map(|t| cx.param(t)).collect();
+    let vars = args.iter().flat_map(|v| v.vars.clone()).collect();
+    let v = cx.inline(f, r.module, sizes, TypeSubst::new(), args, &ret);
+    if let Some(d) = cx.diags.into_iter().next() {
+        return Err(Box::new(d));
+    }
+    Ok(cx.b.take().expect("build mode").finish(&f.name.name, vars, v.vars))
+}
+
+/// The root module's agents, in order (`podc train` picks the only one by default).
+pub fn agent_names(prog: &Program) -> Vec<String> {
+    let Some(m) = prog.modules.first() else { return vec![] };
+    m.ast
+        .items
+        .iter()
+        .filter_map(|i| match i {
+            ast::Item::Agent(a) => Some(a.name.name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn no_agent(prog: &Program, name: &str) -> Diag {
+    let span = prog.modules.first().and_then(|m| m.ast.items.first()).map(|i| crate::resolve::item_name(i).span);
+    Diag::new("E0304", format!("no agent `{name}` in the root module"), span.unwrap_or_default(), "expected an agent")
+}

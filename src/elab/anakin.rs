@@ -1,0 +1,314 @@
+//! The Anakin programs: an agent learning on its environment, `K` updates per call, in
+//! one XLA program that every device runs on its own share of the environments.
+//!
+//! - `init(seed: Key, device: i32) -> state`: the learner from the seed (identical on
+//!   every device), the device's environments reset from `fold_in(seed', device)`.
+//! - `train(state) -> (state, metrics)`: `K` times: a rollout of `T` steps of the `B`
+//!   auto-resetting environments (the agent's `act` and the env's step batched over them),
+//!   then the agent's `update` on the trajectory. The metrics are reduced on the devices:
+//!   the sums of the returns and lengths of the episodes that ended, their count (summed
+//!   over devices), and the mean of each of the agent's metrics (over updates and devices).
+//!
+//! The state is the learner, then per device: the environments' states, step counters and
+//! observations, the PRNG key, and each environment's running return and length.
+
+use super::agent::AgentFuncs;
+use super::env::{Arg, EnvFuncs, split2};
+use super::ops::array_ty;
+use super::{Elab, Val};
+use crate::array::{Array, ArrayTy, DType};
+use crate::ir::build::Builder;
+use crate::ir::{Func, Var};
+use crate::prims::{Binary, BinaryOp, Broadcast, Convert, DynamicUpdateSlice, Prim, Reshape, Select};
+use crate::resolve::Program;
+use crate::syntax::span::Span;
+use crate::transform::vmap::vmap;
+use crate::types::Ty;
+use std::collections::HashMap;
+
+/// The sizes of one training program.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// Environments per device.
+    pub envs: usize,
+    /// Steps per rollout (`T`).
+    pub steps: usize,
+    /// Updates per call (`K`).
+    pub updates: usize,
+}
+
+/// One array of the training state.
+#[derive(Clone, Debug)]
+pub struct Leaf {
+    /// A dotted path: `learner.params.actor.hidden0.w`, `env.obs`, `rng`.
+    pub name: String,
+    pub ty: ArrayTy,
+    /// Whether every device holds the same value (the learner) rather than its own.
+    pub shared: bool,
+}
+
+pub struct AnakinPrograms {
+    pub init: Func,
+    pub train: Func,
+    /// The state's arrays, in the programs' order.
+    pub state: Vec<Leaf>,
+    /// The names of the metrics `train` returns after the state, all `f32` scalars:
+    /// `return_sum`, `length_sum`, `episodes`, then the agent's metrics.
+    pub metrics: Vec<String>,
+}
+
+/// Builds the two programs for an agent (built for `shape.envs` environments and
+/// `shape.steps` steps) and its environment.
+pub fn anakin_programs(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape) -> AnakinPrograms {
+    let init = init_program(prog, agent, env, shape);
+    let mut state = vec![];
+    let learner_n = agent.init.graph.results.len();
+    let names = leaf_names(&agent.info.learner, "learner")
+        .into_iter()
+        .chain(leaf_names(&env.info.state, "env.state"))
+        .chain(["env.t", "env.obs", "rng", "episode.return", "episode.length"].map(String::from));
+    for (i, (name, &v)) in names.zip(&init.graph.results).enumerate() {
+        state.push(Leaf { name, ty: init.types[v.0 as usize].clone(), shared: i < learner_n });
+    }
+    let train = train_program(prog, agent, env, shape, &state);
+    let mut metrics: Vec<String> = ["return_sum", "length_sum", "episodes"].map(String::from).to_vec();
+    if let Ty::Struct(def, args) = &agent.info.metrics {
+        metrics.extend(Ty::struct_fields(def, args).into_iter().map(|(n, _)| n));
+    }
+    AnakinPrograms { init, train, state, metrics }
+}
+
+/// The dotted paths of a type's arrays, in flattening order.
+pub fn leaf_names(ty: &Ty, prefix: &str) -> Vec<String> {
+    match ty {
+        Ty::Array(..) | Ty::Error => vec![prefix.to_string()],
+        Ty::Tuple(ts) => ts.iter().enumerate().flat_map(|(i, t)| leaf_names(t, &format!("{prefix}.{i}"))).collect(),
+        Ty::Struct(def, args) => Ty::struct_fields(def, args)
+            .iter()
+            .flat_map(|(n, t)| leaf_names(t, &format!("{prefix}.{n}")))
+            .collect(),
+    }
+}
+
+fn scalar(cx: &mut Elab, a: Array) -> Val {
+    let ty = array_ty(&a.ty());
+    cx.known_val(a, ty, false)
+}
+
+/// `x` (a scalar) broadcast to `shape`, without writing out a large constant.
+fn filled(cx: &mut Elab, x: Array, shape: Vec<usize>) -> Val {
+    let s = scalar(cx, x);
+    cx.apply(Prim::Broadcast(Broadcast { shape, dims: vec![] }), &[&s])
+}
+
+fn leaf(cx: &Elab, v: Var) -> Val {
+    Val::of(array_ty(cx.b.as_ref().expect("build mode").ty(v)), vec![v])
+}
+
+fn bin(cx: &mut Elab, op: BinaryOp, a: &Val, b: &Val) -> Val {
+    cx.apply(Prim::Binary(Binary { op }), &[a, b])
+}
+
+fn init_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape) -> Func {
+    let mut cx = Elab::new(prog, Some(Builder::new()));
+    cx.scopes.push(HashMap::new());
+    let span = Span::default();
+    let seed = cx.param(super::random::key_ty());
+    let device = cx.param(Ty::scalar(DType::I32));
+    let (k_init, k_env) = split2(&mut cx, seed.clone(), span);
+    let b = cx.b.as_mut().expect("build mode");
+    let learner = b.inline(&agent.init, &k_init.vars);
+    let dk = cx.call_builtin("fold_in", vec![Arg::Val(k_env), Arg::Val(device.clone())], span);
+    let (k_reset, k_run) = split2(&mut cx, dk, span);
+    let keys = cx.call_builtin("split", vec![Arg::Val(k_reset), Arg::Int(shape.envs as u64)], span);
+    let reset = vmap(&env.reset, &[true], shape.envs);
+    let envs = cx.b.as_mut().expect("build mode").inline(&reset, &keys.vars);
+    let ret = cx.call_builtin("zeros", vec![Arg::Shape(vec![shape.envs as u64])], span);
+    let len = cx.convert(ret.clone(), DType::I32, span);
+    let results = [learner, envs, k_run.vars, ret.vars, len.vars].concat();
+    let params = [seed.vars, device.vars].concat();
+    cx.b.take().expect("build mode").finish("anakin_init", params, results)
+}
+
+fn train_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape, state: &[Leaf]) -> Func {
+    let mut cx = Elab::new(prog, Some(Builder::new()));
+    cx.scopes.push(HashMap::new());
+    let span = Span::default();
+    let n_learner = agent.init.graph.results.len();
+    let n_env = env.step.graph.params.len() - 3; // the env state, then t, action, key
+    let params: Vec<Var> = state.iter().map(|l| cx.b.as_mut().expect("build mode").fresh(l.ty.clone())).collect();
+    let n_metrics = agent.update.graph.results.len() - n_learner;
+    let zero = scalar(&mut cx, Array::f32(vec![], vec![0.0]));
+    // Carried over the updates: the state, then the three episode sums and the metric sums.
+    let init: Vec<Var> = params.iter().copied().chain(std::iter::repeat_n(zero.vars[0], 3 + n_metrics)).collect();
+
+    let b = cx.b.as_mut().expect("build mode");
+    let k_index = b.fresh(ArrayTy::scalar(DType::I32));
+    b.begin_loop();
+    let carries: Vec<Var> = init.iter().map(|&v| b.fresh(b.ty(v).clone())).collect();
+    let learner = carries[..n_learner].to_vec();
+    let envs = carries[n_learner..n_learner + n_env + 2].to_vec(); // state, t, obs
+    let rest = &carries[n_learner + n_env + 2..];
+    let (key, ep_ret, ep_len) = (leaf(&cx, rest[0]), rest[1], rest[2]);
+    let sums = rest[3..6].to_vec();
+    let metric_sums = rest[6..].to_vec();
+    let (key, k_roll) = split2(&mut cx, key, span);
+    let (key, k_update) = split2(&mut cx, key, span);
+
+    let rollout = rollout(&mut cx, agent, env, shape, &learner, &envs, k_roll, [ep_ret, ep_len], &sums);
+    let mut update_args = learner.clone();
+    update_args.extend(&rollout.trajectory);
+    update_args.extend(&k_update.vars);
+    let out = cx.b.as_mut().expect("build mode").inline(&agent.update, &update_args);
+    let mut yields = out[..n_learner].to_vec();
+    yields.extend(&rollout.envs);
+    yields.push(key.vars[0]);
+    yields.extend(rollout.episodes);
+    yields.extend(rollout.sums);
+    for (s, m) in metric_sums.iter().zip(&out[n_learner..]) {
+        let (s, m) = (leaf(&cx, *s), leaf(&cx, *m));
+        yields.push(bin(&mut cx, BinaryOp::Add, &s, &m).vars[0]);
+    }
+    let loop_params = std::iter::once(k_index).chain(carries.iter().copied()).collect();
+    let b = cx.b.as_mut().expect("build mode");
+    let finals = b.end_loop(0, shape.updates as i64, &init, loop_params, yields);
+
+    let mut results = finals[..state.len()].to_vec();
+    for (i, &v) in finals[state.len()..].iter().enumerate() {
+        let v = leaf(&cx, v);
+        let reduced = if i < 3 {
+            cx.call_builtin("psum", vec![Arg::Val(v)], span)
+        } else {
+            let k = scalar(&mut cx, Array::f32(vec![], vec![shape.updates as f32]));
+            let mean = bin(&mut cx, BinaryOp::Div, &v, &k);
+            cx.call_builtin("pmean", vec![Arg::Val(mean)], span)
+        };
+        results.extend(reduced.vars);
+    }
+    cx.b.take().expect("build mode").finish("anakin_train", params, results)
+}
+
+/// What one rollout leaves behind.
+struct Rollout {
+    /// The environments' state, step counters and observations after the last step.
+    envs: Vec<Var>,
+    /// Each environment's running return and length.
+    episodes: [Var; 2],
+    /// The episode sums, updated.
+    sums: Vec<Var>,
+    /// The `Trajectory<T, B>`'s arrays.
+    trajectory: Vec<Var>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rollout(
+    cx: &mut Elab,
+    agent: &AgentFuncs,
+    env: &EnvFuncs,
+    shape: Shape,
+    learner: &[Var],
+    envs: &[Var],
+    key: Val,
+    episodes: [Var; 2],
+    sums: &[Var],
+) -> Rollout {
+    let span = Span::default();
+    let (n, steps) = (shape.envs, shape.steps);
+    let n_env = envs.len() - 2;
+    let obs = envs[n_env + 1];
+    let mut act_batched = vec![false; learner.len()];
+    act_batched.extend([true, true]);
+    let act = vmap(&agent.act, &act_batched, n);
+    let step = vmap(&env.step, &vec![true; env.step.graph.params.len()], n);
+    // The trajectory's buffers, [T, B, ...], written one step at a time.
+    let obs_ty = cx.b.as_ref().expect("build mode").ty(obs).clone();
+    let buffer = |cx: &mut Elab, dtype: DType, inner: &[usize]| {
+        let shape: Vec<usize> = [steps].iter().chain(inner).copied().collect();
+        filled(cx, Array::zeros(&ArrayTy::scalar(dtype)), shape).vars[0]
+    };
+    let buffers = vec![
+        buffer(cx, obs_ty.dtype, &obs_ty.shape),
+        buffer(cx, DType::I32, &[n]),
+        buffer(cx, DType::F32, &[n]),
+        buffer(cx, DType::Bool, &[n]),
+        buffer(cx, DType::Bool, &[n]),
+    ];
+    let init: Vec<Var> =
+        envs.iter().copied().chain([key.vars[0]]).chain(episodes).chain(sums.iter().copied()).chain(buffers).collect();
+    let b = cx.b.as_mut().expect("build mode");
+    let t_index = b.fresh(ArrayTy::scalar(DType::I32));
+    b.begin_loop();
+    let carries: Vec<Var> = init.iter().map(|&v| b.fresh(b.ty(v).clone())).collect();
+    let (state, rest) = carries.split_at(n_env + 2);
+    let key = leaf(cx, rest[0]);
+    let (ep_ret, ep_len) = (leaf(cx, rest[1]), leaf(cx, rest[2]));
+    let sums: Vec<Val> = rest[3..6].iter().map(|&v| leaf(cx, v)).collect();
+    let buffers = &rest[6..];
+
+    let (key, k_act) = split2(cx, key, span);
+    let (key, k_step) = split2(cx, key, span);
+    let act_keys = cx.call_builtin("split", vec![Arg::Val(k_act), Arg::Int(n as u64)], span);
+    let obs = state[n_env + 1];
+    let mut act_args = learner.to_vec();
+    act_args.push(obs);
+    act_args.extend(&act_keys.vars);
+    let action = cx.b.as_mut().expect("build mode").inline(&act, &act_args)[0];
+    let step_keys = cx.call_builtin("split", vec![Arg::Val(k_step), Arg::Int(n as u64)], span);
+    let mut step_args = state[..n_env + 1].to_vec();
+    step_args.push(action);
+    step_args.extend(&step_keys.vars);
+    // outs: state.., t, obs, reward, terminated, truncated, final obs
+    let outs = cx.b.as_mut().expect("build mode").inline(&step, &step_args);
+    let (reward, terminated, truncated) = (outs[n_env + 2], outs[n_env + 3], outs[n_env + 4]);
+
+    // Episode bookkeeping: add the reward; at an episode's end, count it and start afresh.
+    let (r, term, trunc) = (leaf(cx, reward), leaf(cx, terminated), leaf(cx, truncated));
+    let done = bin(cx, BinaryOp::Or, &term, &trunc);
+    let ep_ret = bin(cx, BinaryOp::Add, &ep_ret, &r);
+    let one = filled(cx, Array::i32(vec![], vec![1]), vec![n]);
+    let ep_len = bin(cx, BinaryOp::Add, &ep_len, &one);
+    let zeros_f = filled(cx, Array::f32(vec![], vec![0.0]), vec![n]);
+    let zeros_i = filled(cx, Array::i32(vec![], vec![0]), vec![n]);
+    let select = |cx: &mut Elab, c: &Val, a: &Val, b: &Val| cx.apply(Prim::Select(Select), &[c, a, b]);
+    let ended_ret = select(cx, &done, &ep_ret, &zeros_f);
+    let len_f = cx.apply(Prim::Convert(Convert { to: DType::F32 }), &[&ep_len]);
+    let ended_len = select(cx, &done, &len_f, &zeros_f);
+    let done_f = cx.apply(Prim::Convert(Convert { to: DType::F32 }), &[&done]);
+    let mut new_sums = vec![];
+    for (s, x) in sums.iter().zip([ended_ret, ended_len, done_f]) {
+        let total = cx.call_builtin("sum", vec![Arg::Val(x)], span);
+        new_sums.push(bin(cx, BinaryOp::Add, s, &total).vars[0]);
+    }
+    let ep_ret = select(cx, &done, &zeros_f, &ep_ret);
+    let ep_len = select(cx, &done, &zeros_i, &ep_len);
+
+    // Record the step: the observation acted on, the action, and what came of it.
+    let mut written = vec![];
+    for (&buf, &x) in buffers.iter().zip(&[obs, action, reward, terminated, truncated]) {
+        written.push(write_row(cx, buf, x, t_index));
+    }
+    let mut yields = outs[..n_env + 2].to_vec();
+    yields.push(key.vars[0]);
+    yields.extend([ep_ret.vars[0], ep_len.vars[0]]);
+    yields.extend(new_sums);
+    yields.extend(written);
+    let loop_params = std::iter::once(t_index).chain(carries.iter().copied()).collect();
+    let b = cx.b.as_mut().expect("build mode");
+    let finals = b.end_loop(0, steps as i64, &init, loop_params, yields);
+    let envs_out = finals[..n_env + 2].to_vec();
+    let mut trajectory = finals[n_env + 2 + 6..].to_vec();
+    trajectory.push(envs_out[n_env + 1]); // last_obs
+    Rollout { episodes: [finals[n_env + 3], finals[n_env + 4]], sums: finals[n_env + 5..n_env + 8].to_vec(), envs: envs_out, trajectory }
+}
+
+/// `buf.set([t], x)`: writes row `t` of a `[T, ...]` buffer.
+fn write_row(cx: &mut Elab, buf: Var, x: Var, t: Var) -> Var {
+    let b = cx.b.as_mut().expect("build mode");
+    let ty = b.ty(x).clone();
+    let row: Vec<usize> = std::iter::once(1).chain(ty.shape.iter().copied()).collect();
+    let x = b.prim1(Prim::Reshape(Reshape { shape: row }), &[x]);
+    let zero = b.prim1(Prim::Constant(crate::prims::Constant { value: Array::i32(vec![], vec![0]) }), &[]);
+    let mut args = vec![buf, x, t];
+    args.extend(std::iter::repeat_n(zero, ty.shape.len()));
+    b.prim1(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &args)
+}

@@ -1,0 +1,245 @@
+//! The Anakin driver on the host: compiles an agent's training program for D devices,
+//! keeps the training state on the devices between calls, and turns each call's small
+//! metrics into reports.
+//!
+//! Every call runs `K` updates on every device (see `elab::anakin`); the host only
+//! downloads the metrics, which the program has already reduced over the devices. The
+//! state's buffers are donated to the next call, so it never leaves the devices except
+//! for a checkpoint.
+
+use crate::array::{Array, Data};
+use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
+use crate::elab::anakin::{AnakinPrograms, Shape, anakin_programs};
+use crate::elab::env::{EnvFuncs, build_env};
+use crate::lower::stablehlo::lower_module_donating;
+use crate::resolve::Program;
+use crate::runtime::{Buffer, Client, Executable};
+use serde_json::{Map, Value, json};
+use std::time::Instant;
+
+/// The sizes of a run, fixed for its whole life (a resumed run must use the same).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RunShape {
+    /// Environments over all devices.
+    pub envs: usize,
+    pub rollout: usize,
+    pub updates_per_call: usize,
+    pub devices: usize,
+}
+
+impl RunShape {
+    /// Env steps per call, over all devices.
+    pub fn steps_per_call(&self) -> u64 {
+        (self.envs * self.rollout * self.updates_per_call) as u64
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        if self.envs == 0 || self.devices == 0 || !self.envs.is_multiple_of(self.devices) {
+            return Err(format!("`--envs {}` must be a positive multiple of `--devices {}`", self.envs, self.devices));
+        }
+        if self.rollout == 0 || self.updates_per_call == 0 {
+            return Err("`--rollout` and `--updates-per-call` must be positive".into());
+        }
+        Ok(())
+    }
+}
+
+/// An agent's training programs, compiled, with their state on the devices.
+pub struct Trainer<'c> {
+    client: &'c Client,
+    pub programs: AnakinPrograms,
+    pub agent: String,
+    pub shape: RunShape,
+    pub compile_s: f64,
+    init: Executable,
+    train: Executable,
+    /// Per device, the state's buffers.
+    state: Vec<Vec<Buffer>>,
+}
+
+/// One call's metrics, reduced over the devices.
+pub struct Report {
+    /// Mean return and length of the episodes that ended during the call (`None` if none).
+    pub episode_return: Option<f64>,
+    pub episode_length: Option<f64>,
+    pub episodes: u64,
+    /// The agent's metrics by name, averaged over the call's updates and the devices.
+    pub metrics: Vec<(String, f64)>,
+}
+
+/// Picks the agent (the file's only one, or `name`) and builds its functions and its env's.
+pub fn agent_and_env(
+    prog: &Program,
+    name: Option<&str>,
+    shape: RunShape,
+) -> Result<(AgentFuncs, EnvFuncs), Result<String, crate::diag::Diag>> {
+    let names = agent_names(prog);
+    let name = match (name, &names[..]) {
+        (Some(n), _) => n.to_string(),
+        (None, [only]) => only.clone(),
+        (None, []) => return Err(Ok("the file declares no `agent`".into())),
+        (None, _) => return Err(Ok(format!("the file declares several agents ({}): choose one with `--agent`", names.join(", ")))),
+    };
+    let per_device = shape.envs / shape.devices;
+    let agent = build_agent(prog, &name, per_device, shape.rollout).map_err(|d| Err(*d))?;
+    let env = build_env(prog, &agent.info.env.name).map_err(|d| Err(*d))?;
+    Ok((agent, env))
+}
+
+impl<'c> Trainer<'c> {
+    /// Builds and compiles the programs; the state is empty until `init` or `restore`.
+    pub fn new(client: &'c Client, prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: RunShape) -> Result<Self, String> {
+        shape.check()?;
+        let start = Instant::now();
+        let per_device = Shape { envs: shape.envs / shape.devices, steps: shape.rollout, updates: shape.updates_per_call };
+        let programs = anakin_programs(prog, agent, env, per_device);
+        let d = shape.devices;
+        let init = client.compile(&lower_module_donating(&programs.init, d, 0), d).map_err(|e| e.to_string())?;
+        let donated = programs.state.len();
+        let train = client.compile(&lower_module_donating(&programs.train, d, donated), d).map_err(|e| e.to_string())?;
+        let compile_s = start.elapsed().as_secs_f64();
+        Ok(Trainer { client, programs, agent: agent.info.name.clone(), shape, compile_s, init, train, state: vec![] })
+    }
+
+    /// A fresh state from `seed`: the same learner on every device, each device's own
+    /// environments.
+    pub fn init(&mut self, seed: i64) -> Result<(), String> {
+        let key = crate::io::seed_key(seed);
+        let mut args = vec![];
+        for d in 0..self.shape.devices {
+            let k = self.client.upload(&key, d).map_err(|e| e.to_string())?;
+            let i = self.client.upload(&Array::i32(vec![], vec![d as i32]), d).map_err(|e| e.to_string())?;
+            args.push(vec![k, i]);
+        }
+        let refs: Vec<Vec<&Buffer>> = args.iter().map(|a| a.iter().collect()).collect();
+        self.state = self.init.execute_replicated(&refs).map_err(|e| e.to_string())?;
+        Ok(())
+    }
+
+    /// Runs one call: `K` updates on every device. Returns its metrics.
+    pub fn step(&mut self) -> Result<Report, String> {
+        let refs: Vec<Vec<&Buffer>> = self.state.iter().map(|s| s.iter().collect()).collect();
+        let mut outs = self.train.execute_replicated(&refs).map_err(|e| e.to_string())?;
+        let n = self.programs.state.len();
+        let metrics: Vec<f64> = outs[0][n..]
+            .iter()
+            .map(|b| match b.download().map(|a| a.data) {
+                Ok(Data::F32(v)) => Ok(v[0] as f64),
+                Ok(_) => Err("a metric is not f32".to_string()),
+                Err(e) => Err(e.to_string()),
+            })
+            .collect::<Result<_, _>>()?;
+        for o in &mut outs {
+            o.truncate(n);
+        }
+        self.state = outs;
+        let episodes = metrics[2];
+        let mean = |sum: f64| (episodes > 0.0).then(|| sum / episodes);
+        Ok(Report {
+            episode_return: mean(metrics[0]),
+            episode_length: mean(metrics[1]),
+            episodes: episodes as u64,
+            metrics: self.programs.metrics[3..].iter().cloned().zip(metrics[3..].iter().copied()).collect(),
+        })
+    }
+
+    /// The learner's arrays on one device.
+    pub fn learner_on(&self, device: usize) -> Result<Vec<Array>, String> {
+        let n = self.programs.state.iter().filter(|l| l.shared).count();
+        self.state[device][..n].iter().map(|b| b.download().map_err(|e| e.to_string())).collect()
+    }
+
+    /// The whole state by name: the learner once (it is the same on every device; checked),
+    /// and each per-device array with the devices' parts joined along the first axis
+    /// (environments), or stacked for the PRNG keys.
+    pub fn snapshot(&self) -> Result<Vec<(String, Array)>, String> {
+        let per_device: Vec<Vec<Array>> = self
+            .state
+            .iter()
+            .map(|s| s.iter().map(|b| b.download().map_err(|e| e.to_string())).collect::<Result<Vec<_>, _>>())
+            .collect::<Result<_, _>>()?;
+        let mut out = vec![];
+        for (i, leaf) in self.programs.state.iter().enumerate() {
+            let parts: Vec<&Array> = per_device.iter().map(|d| &d[i]).collect();
+            let value = if leaf.shared {
+                if parts.iter().any(|p| *p != parts[0]) {
+                    return Err(format!("`{}` differs between devices: the update must average its gradients with `pmean`", leaf.name));
+                }
+                parts[0].clone()
+            } else {
+                join(&parts, leaf.ty.shape.is_empty() || leaf.name == "rng")
+            };
+            out.push((leaf.name.clone(), value));
+        }
+        Ok(out)
+    }
+
+    /// Puts a snapshot back on the devices.
+    pub fn restore(&mut self, arrays: &[(String, Array)]) -> Result<(), String> {
+        let d = self.shape.devices;
+        let mut state: Vec<Vec<Buffer>> = (0..d).map(|_| vec![]).collect();
+        for leaf in &self.programs.state {
+            let (_, a) = arrays
+                .iter()
+                .find(|(n, _)| *n == leaf.name)
+                .ok_or_else(|| format!("the checkpoint has no array `{}`", leaf.name))?;
+            let parts = if leaf.shared { vec![a.clone(); d] } else { split(a, d, leaf.ty.shape.is_empty() || leaf.name == "rng") };
+            for (dev, p) in parts.iter().enumerate() {
+                if p.ty() != leaf.ty {
+                    return Err(format!("`{}` in the checkpoint is {:?}, the program expects {:?}", leaf.name, p.ty(), leaf.ty));
+                }
+                state[dev].push(self.client.upload(p, dev).map_err(|e| e.to_string())?);
+            }
+        }
+        self.state = state;
+        Ok(())
+    }
+}
+
+/// Joins the devices' parts of an array: along the first axis, or stacked when `stack`.
+fn join(parts: &[&Array], stack: bool) -> Array {
+    let mut shape = parts[0].shape.clone();
+    if stack {
+        shape.insert(0, parts.len());
+    } else {
+        shape[0] *= parts.len();
+    }
+    let bytes: Vec<u8> = parts.iter().flat_map(|p| p.to_bytes()).collect();
+    Array::from_bytes(&crate::array::ArrayTy::new(parts[0].dtype(), shape), &bytes).expect("sizes add up")
+}
+
+/// The inverse of [`join`]; a wrongly sized array gives parts the caller rejects.
+fn split(a: &Array, n: usize, stacked: bool) -> Vec<Array> {
+    let mut shape = a.shape.clone();
+    if stacked {
+        if shape.first() != Some(&n) {
+            return vec![a.clone(); n];
+        }
+        shape.remove(0);
+    } else if shape.first().is_some_and(|s| s % n == 0) {
+        shape[0] /= n;
+    } else {
+        return vec![a.clone(); n];
+    }
+    let bytes = a.to_bytes();
+    let chunk = bytes.len() / n;
+    let ty = crate::array::ArrayTy::new(a.dtype(), shape);
+    bytes.chunks(chunk).map(|c| Array::from_bytes(&ty, c).expect("equal parts")).collect()
+}
+
+/// A report as a `metrics.jsonl` record.
+pub fn record(report: &Report, env_steps: u64, updates: u64, steps_per_sec: f64, wall_s: f64) -> Map<String, Value> {
+    let mut r = Map::new();
+    r.insert("env_steps".into(), json!(env_steps));
+    r.insert("updates".into(), json!(updates));
+    r.insert("episode_return".into(), json!(report.episode_return));
+    r.insert("episode_length".into(), json!(report.episode_length));
+    r.insert("episodes".into(), json!(report.episodes));
+    for (name, v) in &report.metrics {
+        let key = if name == "total" { "loss".to_string() } else { name.clone() };
+        r.insert(key, json!(v));
+    }
+    r.insert("steps_per_sec".into(), json!(steps_per_sec));
+    r.insert("wall_s".into(), json!(wall_s));
+    r
+}
