@@ -16,6 +16,7 @@ const STDLIB: &[(&str, &str)] = &[
     ("nn", include_str!("../stdlib/nn.pod")),
     ("distributions", include_str!("../stdlib/distributions.pod")),
     ("rl", include_str!("../stdlib/rl.pod")),
+    ("optim", include_str!("../stdlib/optim.pod")),
 ];
 
 /// Which item of which module.

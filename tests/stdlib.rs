@@ -217,3 +217,16 @@ fn vtrace_matches_rlax() {
 fn a2c_and_ppo_losses_and_gradients_match_references() {
     against_reference("rl", &["a2c", "ppo"], TOL);
 }
+
+// ---------------------------------------------------------------------------------------
+// std::optim
+
+#[test]
+fn sgd_and_global_norm_clipping_match_optax() {
+    against_reference("optim", &["sgd", "norms_clipped", "norms_unclipped"], TOL);
+}
+
+#[test]
+fn adam_and_rmsprop_trajectories_match_optax() {
+    against_reference("optim", &["adam", "rmsprop", "adam_train"], TOL);
+}
