@@ -22,10 +22,15 @@ fn t_psum_record(r: Rec) -> Rec { psum(r) }
 fn loss_mean(w: f32[3], x: f32[3]) -> f32 { sum(pmean(w * x) ** 2.0) }
 fn loss_sum(w: f32[3], x: f32[3]) -> f32 { sum(psum(w * x) ** 2.0) }
 fn t_grad_pmean(w: f32[3], x: f32[3]) -> f32[3] { grad(loss_mean, w, x) }
+fn loss_varying(w: f32[3], x: f32[3]) -> f32 { sum(pmean(w * x) * x) }
+fn t_grad_pmean_varying(w: f32[3], x: f32[3]) -> f32[3] { grad(loss_varying, w, x) }
 fn t_grad_psum(w: f32[3], x: f32[3]) -> f32[3] { grad(loss_sum, w, x) }
 
 fn local(w: f32[3], x: f32[3]) -> f32 { sum(tanh(w * x)) }
 fn t_pmean_of_grads(w: f32[3], x: f32[3]) -> f32[3] { pmean(grad(local, w, x)) }
+
+// Inside a loop (a `stablehlo.while` body).
+fn doubling(x: f32[3]) -> f32[3] { for i in 0..3 carry y = x { psum(y) } }
 
 // A constant is not folded through `psum`: on D replicas it is D times itself.
 fn count() -> (f32, i32) { (psum(1.0), psum(1)) }
@@ -101,6 +106,18 @@ fn pmean_gives_every_device_the_mean() {
     let got =
         run_replicated(&entry("t_pmean"), &[x([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), x([3.0, -2.0, 0.5, 0.0, 5.0, 7.0])]);
     let want = Array::f32(vec![2, 3], vec![2.0, 0.0, 1.75, 2.0, 5.0, 6.5]);
+    assert_eq!(got, vec![vec![want.clone()], vec![want]]);
+}
+
+/// A collective in a loop body runs at every iteration: `y <- psum(y)` three times on
+/// two devices is `4 (a + b)`.
+#[test]
+fn collectives_run_inside_loops() {
+    let got = run_replicated(
+        &entry("doubling"),
+        &[vec![Array::f32(vec![3], vec![1.0, 2.0, -3.0])], vec![Array::f32(vec![3], vec![0.5, 0.0, 1.0])]],
+    );
+    let want = Array::f32(vec![3], vec![6.0, 8.0, -8.0]);
     assert_eq!(got, vec![vec![want.clone()], vec![want]]);
 }
 
