@@ -148,7 +148,7 @@ struct ShapeArgs {
     #[arg(long, value_enum, default_value = "anakin")]
     arch: Arch,
     /// Environments, split evenly over the devices.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = 32)]
     envs: usize,
     /// Steps per rollout (T).
     #[arg(long, default_value_t = 16)]

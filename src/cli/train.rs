@@ -30,6 +30,7 @@ fn trainer<'c>(
 ) -> Result<Trainer<'c>, Failure> {
     shape.check()?;
     let prog = load(file)?;
+    let start = Instant::now();
     let (agent, env) = agent_and_env(&prog, agent, shape).map_err(|e| match e {
         Ok(m) => Failure::Message(format!("`{}`: {m}", file.display())),
         Err(d) => {
@@ -37,7 +38,7 @@ fn trainer<'c>(
             Failure::Reported
         }
     })?;
-    Ok(Trainer::new(client, &prog, &agent, &env, shape)?)
+    Ok(Trainer::new(client, &prog, (&agent, &env), shape, start)?)
 }
 
 /// The run's settings that a resumed run must share.

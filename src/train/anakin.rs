@@ -88,9 +88,17 @@ pub fn agent_and_env(
 
 impl<'c> Trainer<'c> {
     /// Builds and compiles the programs; the state is empty until `init` or `restore`.
-    pub fn new(client: &'c Client, prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: RunShape) -> Result<Self, String> {
+    /// `compile_s` counts from `start`, which the caller takes before building the
+    /// agent's functions, so that it covers all of compilation, as JAX's
+    /// `jit(f).lower(..).compile()` does.
+    pub fn new(
+        client: &'c Client,
+        prog: &Program,
+        (agent, env): (&AgentFuncs, &EnvFuncs),
+        shape: RunShape,
+        start: Instant,
+    ) -> Result<Self, String> {
         shape.check()?;
-        let start = Instant::now();
         let per_device = Shape { envs: shape.envs / shape.devices, steps: shape.rollout, updates: shape.updates_per_call };
         let programs = anakin_programs(prog, agent, env, per_device);
         let d = shape.devices;
