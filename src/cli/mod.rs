@@ -150,9 +150,9 @@ struct ShapeArgs {
     /// Environments, split evenly over the devices.
     #[arg(long, default_value_t = 32)]
     envs: usize,
-    /// Steps per rollout (T).
-    #[arg(long, default_value_t = 16)]
-    rollout: usize,
+    /// Steps per rollout (T; default: what the agent's `update` fixes, else 16).
+    #[arg(long)]
+    rollout: Option<usize>,
     /// Updates per call of the device program (K).
     #[arg(long, default_value_t = 10)]
     updates_per_call: usize,
@@ -167,9 +167,9 @@ enum Arch {
 }
 
 impl ShapeArgs {
-    fn shape(&self) -> crate::train::anakin::RunShape {
+    fn sizes(&self) -> train::Sizes {
         let Arch::Anakin = self.arch;
-        crate::train::anakin::RunShape {
+        train::Sizes {
             envs: self.envs,
             rollout: self.rollout,
             updates_per_call: self.updates_per_call,
@@ -224,7 +224,7 @@ pub fn main(cli: Cli) -> ExitCode {
             train::TrainArgs {
                 file,
                 agent: shape.agent.clone(),
-                shape: shape.shape(),
+                sizes: shape.sizes(),
                 total_steps,
                 seed,
                 out,
@@ -235,7 +235,7 @@ pub fn main(cli: Cli) -> ExitCode {
             cli.plugin.as_deref(),
         ),
         Command::Bench(Bench::Train { file, shape, runs, json }) => train::bench(
-            train::BenchTrainArgs { file, agent: shape.agent.clone(), shape: shape.shape(), runs: runs as usize, json },
+            train::BenchTrainArgs { file, agent: shape.agent.clone(), sizes: shape.sizes(), runs: runs as usize, json },
             cli.plugin.as_deref(),
         ),
         Command::Devices { cpu_devices } => devices(cli.plugin.as_deref(), cpu_devices),

@@ -3,16 +3,33 @@
 use super::{Failure, load};
 use crate::diag::emit_stderr;
 use crate::runtime::Runtime;
-use crate::train::anakin::{RunShape, Trainer, agent_and_env, record};
+use crate::resolve::Program;
+use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent, record};
 use crate::train::{checkpoint, metrics, plot, progress::Progress};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// The sizes given on the command line; the rollout defaults to the one the agent fixes,
+/// else 16.
+pub struct Sizes {
+    pub envs: usize,
+    pub rollout: Option<usize>,
+    pub updates_per_call: usize,
+    pub devices: usize,
+}
+
+impl Sizes {
+    fn shape(&self, prog: &Program, agent: &str) -> RunShape {
+        let rollout = self.rollout.or_else(|| crate::elab::agent::fixed_rollout(prog, agent)).unwrap_or(16);
+        RunShape { envs: self.envs, rollout, updates_per_call: self.updates_per_call, devices: self.devices }
+    }
+}
+
 pub struct TrainArgs {
     pub file: PathBuf,
     pub agent: Option<String>,
-    pub shape: RunShape,
+    pub sizes: Sizes,
     pub total_steps: u64,
     pub seed: i64,
     pub out: PathBuf,
@@ -22,43 +39,47 @@ pub struct TrainArgs {
     pub quiet: bool,
 }
 
+/// The program, the agent's name and the run's sizes.
+fn prepare(file: &Path, agent: Option<&str>, sizes: &Sizes) -> Result<(Program, String, RunShape), Failure> {
+    let prog = load(file)?;
+    let agent = pick_agent(&prog, agent).map_err(|m| format!("`{}`: {m}", file.display()))?;
+    let shape = sizes.shape(&prog, &agent);
+    shape.check()?;
+    Ok((prog, agent, shape))
+}
+
 fn trainer<'c>(
     client: &'c crate::runtime::Client,
-    file: &Path,
-    agent: Option<&str>,
+    prog: &Program,
+    agent: &str,
     shape: RunShape,
 ) -> Result<Trainer<'c>, Failure> {
-    shape.check()?;
-    let prog = load(file)?;
     let start = Instant::now();
-    let (agent, env) = agent_and_env(&prog, agent, shape).map_err(|e| match e {
-        Ok(m) => Failure::Message(format!("`{}`: {m}", file.display())),
-        Err(d) => {
-            emit_stderr(&prog.map, &[d]);
-            Failure::Reported
-        }
+    let (agent, env) = agent_and_env(prog, agent, shape).map_err(|d| {
+        emit_stderr(&prog.map, &[d]);
+        Failure::Reported
     })?;
-    Ok(Trainer::new(client, &prog, (&agent, &env), shape, start)?)
+    Ok(Trainer::new(client, prog, (&agent, &env), shape, start)?)
 }
 
 /// The run's settings that a resumed run must share.
-fn config(a: &TrainArgs, agent: &str) -> Value {
+fn config(a: &TrainArgs, agent: &str, shape: RunShape) -> Value {
     json!({
         "file": a.file.display().to_string(),
         "agent": agent,
-        "envs": a.shape.envs,
-        "rollout": a.shape.rollout,
-        "updates_per_call": a.shape.updates_per_call,
-        "devices": a.shape.devices,
+        "envs": shape.envs,
+        "rollout": shape.rollout,
+        "updates_per_call": shape.updates_per_call,
+        "devices": shape.devices,
         "seed": a.seed,
     })
 }
 
 pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
-    let client = Runtime::open(plugin, Some(a.shape.devices))?;
-    let mut t = trainer(&client, &a.file, a.agent.as_deref(), a.shape)?;
-    let cfg = config(&a, &t.agent);
-    let (mut calls, mut log) = match &a.resume {
+    let (prog, agent, shape) = prepare(&a.file, a.agent.as_deref(), &a.sizes)?;
+    let cfg = config(&a, &agent, shape);
+    // A checkpoint to resume from is read, and its flags compared, before compiling.
+    let resumed = match &a.resume {
         Some(dir) => {
             let (arrays, meta) = checkpoint::load(dir).map_err(|e| e.to_string())?;
             for (k, v) in cfg.as_object().expect("an object") {
@@ -71,9 +92,17 @@ pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
                     return Err(Failure::Message(msg));
                 }
             }
+            Some((arrays, meta))
+        }
+        None => None,
+    };
+    let client = Runtime::open(plugin, Some(shape.devices))?;
+    let mut t = trainer(&client, &prog, &agent, shape)?;
+    let (mut calls, mut log) = match resumed {
+        Some((arrays, meta)) => {
             t.restore(&arrays)?;
             let calls = meta["calls"].as_u64().ok_or("the checkpoint has no call count")?;
-            let log = metrics::MetricsLog::open_resume(&a.out, calls * a.shape.steps_per_call())?;
+            let log = metrics::MetricsLog::open_resume(&a.out, calls * shape.steps_per_call())?;
             (calls, log)
         }
         None => {
@@ -81,17 +110,17 @@ pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
             (0, metrics::MetricsLog::create(&a.out)?)
         }
     };
-    let per_call = a.shape.steps_per_call();
+    let per_call = shape.steps_per_call();
     let total_calls = a.total_steps.div_ceil(per_call);
     if !a.quiet {
         eprintln!(
             "training `{}` ({}): {} envs on {} device(s), {} steps x {} updates per call, compiled in {:.1} s",
             t.agent,
             a.file.display(),
-            a.shape.envs,
-            a.shape.devices,
-            a.shape.rollout,
-            a.shape.updates_per_call,
+            shape.envs,
+            shape.devices,
+            shape.rollout,
+            shape.updates_per_call,
             t.compile_s
         );
     }
@@ -105,7 +134,7 @@ pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         let sps = per_call as f64 / now.duration_since(last).as_secs_f64();
         last = now;
         let env_steps = calls * per_call;
-        let updates = calls * a.shape.updates_per_call as u64;
+        let updates = calls * shape.updates_per_call as u64;
         log.append(&record(&report, env_steps, updates, sps, start.elapsed().as_secs_f64()))?;
         bar.update(env_steps, report.episode_return);
         if calls % a.checkpoint_every == 0 || calls == total_calls {
@@ -137,7 +166,7 @@ fn save(t: &Trainer, dir: &Path, cfg: &Value, calls: u64, env_steps: u64) -> Res
 pub struct BenchTrainArgs {
     pub file: PathBuf,
     pub agent: Option<String>,
-    pub shape: RunShape,
+    pub sizes: Sizes,
     pub runs: usize,
     pub json: bool,
 }
@@ -145,8 +174,9 @@ pub struct BenchTrainArgs {
 /// Compile time, then env steps per second (learning included) as the median of
 /// `runs` timed calls after a warm-up call.
 pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
-    let client = Runtime::open(plugin, Some(a.shape.devices))?;
-    let mut t = trainer(&client, &a.file, a.agent.as_deref(), a.shape)?;
+    let (prog, agent, shape) = prepare(&a.file, a.agent.as_deref(), &a.sizes)?;
+    let client = Runtime::open(plugin, Some(shape.devices))?;
+    let mut t = trainer(&client, &prog, &agent, shape)?;
     t.init(0)?;
     t.step()?;
     let mut runs = vec![];
@@ -154,13 +184,13 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         // A call returns once its metrics are downloaded, so it has finished.
         let t0 = Instant::now();
         t.step()?;
-        runs.push(a.shape.steps_per_call() as f64 / t0.elapsed().as_secs_f64());
+        runs.push(shape.steps_per_call() as f64 / t0.elapsed().as_secs_f64());
     }
     let mut sorted = runs.clone();
     sorted.sort_by(f64::total_cmp);
     let median = sorted[sorted.len() / 2];
     if a.json {
-        let s = a.shape;
+        let s = shape;
         println!(
             "{}",
             json!({

@@ -169,33 +169,35 @@ impl Elab<'_> {
             wrong(self, act, act.name.span, "expected the learner state, an observation and a key, giving `i32`".into());
             ok = false;
         }
-        // update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M)
-        let mut metrics = None;
-        if update.generics.len() != 2 {
-            wrong(self, update, update.name.span, "expected two size parameters, the steps and the envs".into());
+        // update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M), where the
+        // trajectory's sizes may also be products (`Trajectory<T, MB * 4>`) or fixed.
+        let (p, r) = self.update_signature(update);
+        let traj_def = self.trajectory_def(&env.observation);
+        let metrics = match &r {
+            Ty::Tuple(ts) if ts.len() == 2 && ts[0] == learner && is_metrics(&ts[1]) => Some(ts[1].clone()),
+            _ => None,
+        };
+        let traj_ok = matches!(p.get(1), Some(Ty::Struct(d, _)) if Rc::ptr_eq(d, &traj_def));
+        if p.len() != 3 || p[0] != learner || !traj_ok || p[2] != key || metrics.is_none() {
+            let label = "expected the learner state, a `Trajectory<T, B>` and a key, giving the new state and a struct of `f32` metrics";
+            wrong(self, update, update.ret.span, label.into());
             ok = false;
-        } else {
-            let sizes: Subst =
-                update.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect();
-            let saved = std::mem::replace(&mut self.sizes, sizes);
-            let p: Vec<Ty> = update.params.iter().map(|(_, t)| self.resolve_ty(t)).collect();
-            let r = self.resolve_ty(&update.ret);
-            self.sizes = saved;
-            let tb: Vec<Dim> = update.generics.iter().map(|g| Dim::Param(Rc::from(g.name.as_str()))).collect();
-            let traj = Ty::Struct(self.trajectory_def(&env.observation), tb);
-            let m = match &r {
-                Ty::Tuple(ts) if ts.len() == 2 && ts[0] == learner && is_metrics(&ts[1]) => Some(ts[1].clone()),
-                _ => None,
-            };
-            if p != [learner.clone(), traj, key] || m.is_none() {
-                let label = "expected the learner state, a `Trajectory<T, B>` and a key, giving the new state and a struct of `f32` metrics";
-                wrong(self, update, update.ret.span, label.into());
-                ok = false;
-            }
-            metrics = m;
         }
         let metrics = metrics.filter(|_| ok)?;
         Some(AgentInfo { name: a.name.name.clone(), env, learner, metrics })
+    }
+}
+
+impl Elab<'_> {
+    /// `update`'s parameter and result types, its size parameters symbolic.
+    fn update_signature(&mut self, update: &ast::Fn) -> (Vec<Ty>, Ty) {
+        let sizes: Subst =
+            update.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect();
+        let saved = std::mem::replace(&mut self.sizes, sizes);
+        let p: Vec<Ty> = update.params.iter().map(|(_, t)| self.resolve_ty(t)).collect();
+        let r = self.resolve_ty(&update.ret);
+        self.sizes = saved;
+        (p, r)
     }
 }
 
@@ -219,23 +221,48 @@ pub fn build_agent(prog: &Program, name: &str, envs: usize, steps: usize) -> Res
     }) else {
         return Err(Box::new(no_agent(prog, name)));
     };
-    let info = {
-        let mut cx = Elab::new(prog, None);
-        cx.module = r.module;
-        cx.check_agent(a).ok_or_else(|| Box::new(cx.diags.first().cloned().unwrap_or_else(|| no_agent(prog, name))))?
-    };
     let fun = |n: &str| a.fns.iter().find(|f| f.name.name == n).expect("checked: the agent has its functions");
+    let mut cx = Elab::new(prog, None);
+    cx.module = r.module;
+    let info =
+        cx.check_agent(a).ok_or_else(|| Box::new(cx.diags.first().cloned().unwrap_or_else(|| no_agent(prog, name))))?;
+    // The sizes of `update` follow from the rollout's.
     let obs = info.env.observation.clone();
-    let sizes: Subst = fun("update")
-        .generics
-        .iter()
-        .zip([steps, envs])
-        .map(|(g, n)| (Rc::from(g.name.as_str()), Dim::Known(n as u64)))
-        .collect();
+    cx.trajectory = Some(obs.clone());
+    let update = fun("update");
+    let (p, _) = cx.update_signature(update);
+    let known = Ty::Struct(cx.trajectory_def(&obs), vec![Dim::Known(steps as u64), Dim::Known(envs as u64)]);
+    let mut sizes = Subst::new();
+    let fits = super::calls::unify_dims(&p[1], &known, false, &mut sizes, &mut None);
+    if !fits || update.generics.iter().any(|g| !sizes.contains_key(g.name.as_str())) {
+        let detail = format!("`update` takes `{}`, not rollouts of {steps} steps of {envs} envs per device", p[1]);
+        let d = TypeError::EnvMember { detail, span: update.params[1].1.span }.into_diag().with_help(
+            "choose `--rollout` and `--envs` (per device: `--envs` / `--devices`) to fit the agent's trajectory",
+        );
+        return Err(Box::new(d));
+    }
     let init = derive(prog, r, &obs, fun("init"), Subst::new())?;
     let act = derive(prog, r, &obs, fun("act"), Subst::new())?;
     let update = derive(prog, r, &obs, fun("update"), sizes)?;
     Ok(AgentFuncs { info, init, act, update })
+}
+
+/// The rollout length that the agent's `update` fixes (`Trajectory<128, B>`), if it does.
+pub fn fixed_rollout(prog: &Program, name: &str) -> Option<usize> {
+    let r = prog.modules.first()?.scope.get(name).copied()?;
+    let ast::Item::Agent(a) = prog.item(r) else { return None };
+    let mut cx = Elab::new(prog, None);
+    cx.module = r.module;
+    let info = cx.check_agent(a)?;
+    cx.trajectory = Some(info.env.observation);
+    let update = a.fns.iter().find(|f| f.name.name == "update")?;
+    match cx.update_signature(update).0.get(1) {
+        Some(Ty::Struct(_, dims)) => match dims.first() {
+            Some(Dim::Known(n)) => Some(*n as usize),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// Builds one of an agent's (checked) functions with its sizes known.

@@ -259,11 +259,11 @@ impl Elab<'_> {
             Some(e) => match &e.kind {
                 ExprKind::Unary(ast::UnOp::Neg, x) => match self.static_dim(x, "an axis")? {
                     Dim::Known(n) => -(n as i64),
-                    Dim::Param(_) => return None,
+                    Dim::Param(_) | Dim::Scaled(..) => return None,
                 },
                 _ => match self.static_dim(e, "an axis")? {
                     Dim::Known(n) => n as i64,
-                    Dim::Param(_) => {
+                    Dim::Param(_) | Dim::Scaled(..) => {
                         self.err(TypeError::NotStatic { what: "an axis".into(), span: e.span });
                         return None;
                     }
@@ -527,7 +527,7 @@ impl Elab<'_> {
             }
             match &dims_of(&v.ty)[axis] {
                 Dim::Known(n) => total += n,
-                Dim::Param(_) => {
+                Dim::Param(_) | Dim::Scaled(..) => {
                     return self.err(TypeError::NotStatic { what: "the concatenated axis' size".into(), span: x.span });
                 }
             }
@@ -644,6 +644,10 @@ fn size_key(dims: &[Dim]) -> (u64, Vec<String>) {
         match d {
             Dim::Known(k) => n = n.saturating_mul(*k),
             Dim::Param(p) => params.push(p.to_string()),
+            Dim::Scaled(p, c) => {
+                n = n.saturating_mul(*c);
+                params.push(p.to_string());
+            }
         }
     }
     params.sort();

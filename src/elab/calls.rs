@@ -220,6 +220,18 @@ pub(super) fn unify_dims(
                         true
                     }
                 },
+                // `p * c` against a size: `p` is its quotient, if `c` divides it.
+                Dim::Scaled(p, c) => match sizes.get(p) {
+                    Some(bound) => bound.mul(&Dim::Known(*c)).as_ref() == Some(x),
+                    None => {
+                        let quotient = match x {
+                            Dim::Known(n) if n % c == 0 => Some(Dim::Known(n / c)),
+                            Dim::Scaled(q, m) if m % c == 0 => Dim::Param(q.clone()).mul(&Dim::Known(m / c)),
+                            _ => None,
+                        };
+                        quotient.map(|q| sizes.insert(p.clone(), q)).is_some()
+                    }
+                },
                 Dim::Known(_) => d == x,
             })
     };

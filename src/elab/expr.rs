@@ -165,7 +165,7 @@ impl Elab<'_> {
         if let Some(d) = self.sizes.get(id.name.as_str()).cloned() {
             return match d {
                 Dim::Known(n) => self.known_val(Array::i32(vec![], vec![n as i32]), Ty::scalar(DType::I32), true),
-                Dim::Param(_) => Val { weak: true, ..Val::of(Ty::scalar(DType::I32), vec![]) },
+                Dim::Param(_) | Dim::Scaled(..) => Val { weak: true, ..Val::of(Ty::scalar(DType::I32), vec![]) },
             };
         }
         match self.prog.modules[self.module].scope.get(&id.name).copied() {

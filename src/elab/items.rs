@@ -252,9 +252,9 @@ impl Elab<'_> {
                 for (a, is_type) in args.iter().zip(kinds) {
                     match (a, is_type) {
                         (ast::DimExpr::Name(id), true) => type_args.push(self.type_arg(id)),
-                        (ast::DimExpr::Lit(_, span), true) => {
+                        (_, true) => {
                             let what = format!("struct `{}`", s.name.name);
-                            type_args.push(self.err(TypeError::ExpectedType { what, span: *span }).ty);
+                            type_args.push(self.err(TypeError::ExpectedType { what, span: a.span() }).ty);
                         }
                         (_, false) => {
                             let d = self.resolve_dim(a);
@@ -289,6 +289,14 @@ impl Elab<'_> {
             ast::DimExpr::Name(id) => {
                 let e = ast::Expr { kind: ExprKind::Name(id.clone()), span: id.span };
                 self.static_dim(&e, "an array dimension")
+            }
+            ast::DimExpr::Mul(a, b) => {
+                let (x, y) = (self.resolve_dim(a)?, self.resolve_dim(b)?);
+                let product = x.mul(&y);
+                if product.is_none() {
+                    self.err(TypeError::NotStatic { what: "an array dimension".into(), span: d.span() });
+                }
+                product
             }
         }
     }
@@ -331,6 +339,7 @@ impl Elab<'_> {
                         ast::BinOp::Sub => a.checked_sub(b).map(Dim::Known).ok_or(false),
                         _ => Ok(Dim::Known(a * b)),
                     },
+                    (x, y) if *op == ast::BinOp::Mul => x.mul(&y).ok_or(false),
                     _ => Err(false),
                 }
             }

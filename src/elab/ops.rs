@@ -490,7 +490,9 @@ pub(crate) fn known_shape(dims: &[Dim]) -> Vec<usize> {
     dims.iter()
         .map(|d| match d {
             Dim::Known(n) => *n as usize,
-            Dim::Param(p) => panic!("internal compiler error: size `{p}` is symbolic in a concrete operation"),
+            Dim::Param(_) | Dim::Scaled(..) => {
+                panic!("internal compiler error: size `{d}` is symbolic in a concrete operation")
+            }
         })
         .collect()
 }

@@ -140,11 +140,23 @@ pub struct Type {
     pub span: Span,
 }
 
-/// A dimension as written: a literal size or the name of a const or size parameter.
+/// A dimension as written: a literal size, the name of a const or size parameter, or a
+/// product of them (`MB * 4`).
 #[derive(Clone, Debug, PartialEq)]
 pub enum DimExpr {
     Lit(u64, Span),
     Name(Ident),
+    Mul(Box<DimExpr>, Box<DimExpr>),
+}
+
+impl DimExpr {
+    pub fn span(&self) -> Span {
+        match self {
+            DimExpr::Lit(_, s) => *s,
+            DimExpr::Name(id) => id.span,
+            DimExpr::Mul(a, b) => a.span().to(b.span()),
+        }
+    }
 }
 
 /// `{ let a = x; let (b, c) = y; a + b }`

@@ -60,14 +60,14 @@ pub fn print_pat(p: &Pat) -> String {
 }
 
 fn dims_str(dims: &[DimExpr]) -> String {
-    let dims: Vec<String> = dims
-        .iter()
-        .map(|d| match d {
+    fn dim(d: &DimExpr) -> String {
+        match d {
             DimExpr::Lit(n, _) => n.to_string(),
             DimExpr::Name(name) => name.name.clone(),
-        })
-        .collect();
-    dims.join(", ")
+            DimExpr::Mul(a, b) => format!("{} * {}", dim(a), dim(b)),
+        }
+    }
+    dims.iter().map(dim).collect::<Vec<_>>().join(", ")
 }
 
 /// `()`, `(a,)`, `(a, b)`: a one-element tuple keeps its comma.

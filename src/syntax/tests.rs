@@ -403,7 +403,7 @@ fn messages() {
             Some("a struct literal in an `if` condition or a `for` header needs parentheses: `(S { .. })`"),
         ),
         ("fn 1", "expected an identifier, found integer `1`", None),
-        ("let x = 1;", "expected one of `const`, `env`, `fn`, `struct` or `use`, found keyword `let`", None),
+        ("let x = 1;", "expected one of `agent`, `const`, `env`, `fn`, `struct` or `use`, found keyword `let`", None),
         (
             "env E { let x = 1; }",
             "expected a member (`name: type`) or `fn`, found keyword `let`",
@@ -427,7 +427,7 @@ fn messages() {
             "expected `:`, found identifier `f32`",
             Some("an `env` body holds members, such as `action: discrete(3)`, and `fn` items"),
         ),
-        ("env E { a: discrete(3; }", "expected one of `)` or `,`, found `;`", None),
+        ("env E { a: discrete(3; }", "expected one of `)`, `*` or `,`, found `;`", None),
         ("env E { a: 1.5 }", "expected `(`, an identifier or an integer, found float `1.5`", None),
         (
             "env E { fn f() -> f32 { 1.0 } let (a, b) = (1, 2); }",
@@ -471,6 +471,7 @@ fn recovered(src: &str, want: &[&str]) -> Vec<String> {
             Item::Fn(f) => format!("fn {}", f.name.name),
             Item::Struct(s) => format!("struct {}", s.name.name),
             Item::Const(c) => format!("const {}", c.name.name),
+            Item::Agent(a) => format!("agent {}", a.name.name),
         })
         .collect()
 }
@@ -585,6 +586,10 @@ env Walk {
     }
     state: State
 }
+agent Walker for Walk {
+    fn init(key: Key) -> f32 { 0.0 }
+    fn update<T, MB>(l: f32, traj: Trajectory<T, MB * 4>, key: Key) -> (f32, Params<MB * 2>) { (l, zeros()) }
+}
 ";
 
 /// A deterministic xorshift generator, so that failures reproduce.
@@ -619,6 +624,7 @@ fn every_prefix_parses_without_panicking() {
         Item::Struct(s) => s.span.end as usize,
         Item::Fn(f) => f.span.end as usize,
         Item::Env(e) => e.span.end as usize,
+        Item::Agent(a) => a.span.end as usize,
     }));
     for end in 0..=PROGRAM.len() {
         let prefix = &PROGRAM[..end];

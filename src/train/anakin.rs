@@ -67,22 +67,22 @@ pub struct Report {
     pub metrics: Vec<(String, f64)>,
 }
 
-/// Picks the agent (the file's only one, or `name`) and builds its functions and its env's.
-pub fn agent_and_env(
-    prog: &Program,
-    name: Option<&str>,
-    shape: RunShape,
-) -> Result<(AgentFuncs, EnvFuncs), Result<String, crate::diag::Diag>> {
+/// The agent to train: `name`, or the file's only one.
+pub fn pick_agent(prog: &Program, name: Option<&str>) -> Result<String, String> {
     let names = agent_names(prog);
-    let name = match (name, &names[..]) {
-        (Some(n), _) => n.to_string(),
-        (None, [only]) => only.clone(),
-        (None, []) => return Err(Ok("the file declares no `agent`".into())),
-        (None, _) => return Err(Ok(format!("the file declares several agents ({}): choose one with `--agent`", names.join(", ")))),
-    };
+    match (name, &names[..]) {
+        (Some(n), _) => Ok(n.to_string()),
+        (None, [only]) => Ok(only.clone()),
+        (None, []) => Err("the file declares no `agent`".into()),
+        (None, _) => Err(format!("the file declares several agents ({}): choose one with `--agent`", names.join(", "))),
+    }
+}
+
+/// Builds the agent's functions and its env's.
+pub fn agent_and_env(prog: &Program, name: &str, shape: RunShape) -> Result<(AgentFuncs, EnvFuncs), crate::diag::Diag> {
     let per_device = shape.envs / shape.devices;
-    let agent = build_agent(prog, &name, per_device, shape.rollout).map_err(|d| Err(*d))?;
-    let env = build_env(prog, &agent.info.env.name).map_err(|d| Err(*d))?;
+    let agent = build_agent(prog, name, per_device, shape.rollout).map_err(|d| *d)?;
+    let env = build_env(prog, &agent.info.env.name).map_err(|d| *d)?;
     Ok((agent, env))
 }
 

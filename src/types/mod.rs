@@ -12,11 +12,27 @@ use std::collections::HashMap;
 use std::fmt;
 use std::rc::Rc;
 
-/// One dimension: a known size, or a generic size parameter of the function being checked.
+/// One dimension: a known size, or a generic size parameter of the function being
+/// checked, possibly times a constant (`MB * 4`, so that a batch splits into minibatches).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Dim {
     Known(u64),
     Param(Rc<str>),
+    /// `p * c`, with `c >= 2`.
+    Scaled(Rc<str>, u64),
+}
+
+impl Dim {
+    /// The product of two sizes, when it is one: known sizes, or a parameter times known ones.
+    pub fn mul(&self, other: &Dim) -> Option<Dim> {
+        let scaled = |p: &Rc<str>, c: u64| if c == 1 { Dim::Param(p.clone()) } else { Dim::Scaled(p.clone(), c) };
+        match (self, other) {
+            (Dim::Known(a), Dim::Known(b)) => Some(Dim::Known(a.checked_mul(*b)?)),
+            (Dim::Param(p), Dim::Known(c)) | (Dim::Known(c), Dim::Param(p)) => Some(scaled(p, *c)),
+            (Dim::Scaled(p, a), Dim::Known(b)) | (Dim::Known(b), Dim::Scaled(p, a)) => Some(scaled(p, a.checked_mul(*b)?)),
+            _ => None,
+        }
+    }
 }
 
 impl fmt::Display for Dim {
@@ -24,6 +40,7 @@ impl fmt::Display for Dim {
         match self {
             Dim::Known(n) => write!(f, "{n}"),
             Dim::Param(p) => f.write_str(p),
+            Dim::Scaled(p, c) => write!(f, "{p} * {c}"),
         }
     }
 }
@@ -119,7 +136,7 @@ impl Ty {
                     .iter()
                     .map(|x| match x {
                         Dim::Known(n) => Some(*n as usize),
-                        Dim::Param(_) => None,
+                        Dim::Param(_) | Dim::Scaled(..) => None,
                     })
                     .collect::<Option<Vec<_>>>()?;
                 out.push(ArrayTy::new(*d, shape));
@@ -135,6 +152,7 @@ impl Ty {
 pub fn subst_dim(d: &Dim, s: &Subst) -> Dim {
     match d {
         Dim::Param(p) => s.get(p).cloned().unwrap_or_else(|| d.clone()),
+        Dim::Scaled(p, c) => s.get(p).and_then(|x| x.mul(&Dim::Known(*c))).unwrap_or_else(|| d.clone()),
         Dim::Known(_) => d.clone(),
     }
 }
