@@ -491,6 +491,29 @@ fn argmax_takes_the_first_maximum_and_the_first_nan() {
     assert_eq!(ev1(am(0), vec![b(&[3], &[false, true, true])]), i(&[], &[1]));
 }
 
+#[test]
+fn argsort_is_stable_with_zeros_equal_and_nans_last() {
+    let sort = |axis| Prim::Argsort(Argsort { axis });
+    let (nan, inf) = (f32::NAN, f32::INFINITY);
+    let x = f(&[7], &[nan, 0.0, -inf, -0.0, -nan, inf, 1e-40]);
+    assert_eq!(ev1(sort(0), vec![x]), i(&[7], &[2, 1, 3, 6, 5, 0, 4]));
+    let m = i(&[2, 3], &[2, 1, 2, 1, 1, 0]);
+    assert_eq!(ev1(sort(1), vec![m.clone()]), i(&[2, 3], &[1, 0, 2, 2, 0, 1]));
+    assert_eq!(ev1(sort(0), vec![m]), i(&[2, 3], &[1, 0, 1, 0, 1, 0]));
+    assert_eq!(ev1(sort(0), vec![u(&[3], &[u32::MAX, 0, 0x8000_0000])]), i(&[3], &[1, 2, 0]));
+}
+
+#[test]
+fn collectives_are_the_identity_on_one_replica() {
+    let x = f(&[3], &[1.5, -0.0, f32::INFINITY]);
+    for op in [AllReduceOp::Sum, AllReduceOp::Mean] {
+        assert_eq!(ev1(Prim::AllReduce(AllReduce { op }), vec![x.clone()]), x);
+    }
+    let mean = Prim::AllReduce(AllReduce { op: AllReduceOp::Mean });
+    assert!(err(mean, &[t(DType::I32, &[3])]).contains("pmean is not defined on i32"));
+    assert!(err(Prim::AllReduce(AllReduce { op: AllReduceOp::Sum }), &[t(DType::Bool, &[])]).contains("on bool"));
+}
+
 // ---------------------------------------------------------------------------------------
 // dot_general
 
@@ -607,6 +630,9 @@ fn reduction_and_dot_type_errors() {
     let am = |axis| Prim::Argmax(Argmax { axis });
     assert!(err(am(1), &[t(DType::F32, &[3, 0])]).contains("empty"));
     assert!(err(am(2), &[t(DType::F32, &[3, 2])]).contains("out of range"));
+    let sort = |axis| Prim::Argsort(Argsort { axis });
+    assert!(err(sort(1), &[t(DType::F32, &[3])]).contains("out of range"));
+    assert!(err(sort(0), &[t(DType::Bool, &[3])]).contains("must be numbers"));
     let mm = dot(&[], &[], &[1], &[0]);
     assert!(err(mm.clone(), &[t(DType::F32, &[2, 3]), t(DType::F32, &[4, 2])]).contains("differ in size"));
     assert!(err(mm.clone(), &[t(DType::F32, &[2, 3]), t(DType::I32, &[3, 2])]).contains("differ in dtype"));
@@ -617,7 +643,7 @@ fn reduction_and_dot_type_errors() {
 
 #[test]
 fn printer_names_and_attributes() {
-    let cases: [(Prim, &str, &str); 8] = [
+    let cases: [(Prim, &str, &str); 10] = [
         (bin(BinaryOp::ShiftRightLogical), "shift_right_logical", ""),
         (Prim::Convert(Convert { to: DType::U32 }), "convert", "[to=u32]"),
         (Prim::Reduce(Reduce { op: ReduceOp::Max, axes: vec![0, 2] }), "reduce_max", "[axes=[0, 2]]"),
@@ -638,6 +664,8 @@ fn printer_names_and_attributes() {
             "[offset_dims=[1, 2], operand_batching=[0], indices_batching=[0], start_index_map=[2], sizes=[1, 1, 3]]",
         ),
         (scatter(&[], &[1], (&[], &[]), &[1]), "scatter", "[inserted=[1], start_index_map=[1]]"),
+        (Prim::Argsort(Argsort { axis: 1 }), "argsort", "[axis=1]"),
+        (Prim::AllReduce(AllReduce { op: AllReduceOp::Mean }), "pmean", ""),
     ];
     for (p, name, attrs) in cases {
         assert_eq!((p.rules().name(), p.rules().attrs().as_str()), (name, attrs));
