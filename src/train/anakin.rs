@@ -51,7 +51,6 @@ pub struct Trainer<'c> {
     pub agent: String,
     pub shape: RunShape,
     pub compile_s: f64,
-    init: Executable,
     train: Executable,
     /// Per device, the state's buffers.
     state: Vec<Vec<Buffer>>,
@@ -102,25 +101,23 @@ impl<'c> Trainer<'c> {
         let per_device = Shape { envs: shape.envs / shape.devices, steps: shape.rollout, updates: shape.updates_per_call };
         let programs = anakin_programs(prog, agent, env, per_device);
         let d = shape.devices;
-        let init = client.compile(&lower_module_donating(&programs.init, d, 0), d).map_err(|e| e.to_string())?;
         let donated = programs.state.len();
         let train = client.compile(&lower_module_donating(&programs.train, d, donated), d).map_err(|e| e.to_string())?;
         let compile_s = start.elapsed().as_secs_f64();
-        Ok(Trainer { client, programs, agent: agent.info.name.clone(), shape, compile_s, init, train, state: vec![] })
+        Ok(Trainer { client, programs, agent: agent.info.name.clone(), shape, compile_s, train, state: vec![] })
     }
 
     /// A fresh state from `seed`: the same learner on every device, each device's own
-    /// environments.
+    /// environments. The init program runs once, so it runs in the reference interpreter
+    /// rather than paying an XLA compile (its loops, the orthogonal inits, cost seconds).
     pub fn init(&mut self, seed: i64) -> Result<(), String> {
         let key = crate::io::seed_key(seed);
-        let mut args = vec![];
+        let mut state = vec![];
         for d in 0..self.shape.devices {
-            let k = self.client.upload(&key, d).map_err(|e| e.to_string())?;
-            let i = self.client.upload(&Array::i32(vec![], vec![d as i32]), d).map_err(|e| e.to_string())?;
-            args.push(vec![k, i]);
+            let values = crate::ir::eval::eval_func(&self.programs.init, &[key.clone(), Array::i32(vec![], vec![d as i32])]);
+            state.push(values.iter().map(|v| self.client.upload(v, d).map_err(|e| e.to_string())).collect::<Result<_, _>>()?);
         }
-        let refs: Vec<Vec<&Buffer>> = args.iter().map(|a| a.iter().collect()).collect();
-        self.state = self.init.execute_replicated(&refs).map_err(|e| e.to_string())?;
+        self.state = state;
         Ok(())
     }
 
