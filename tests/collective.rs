@@ -54,8 +54,11 @@ fn array(v: &Value) -> Array {
     Array::new(shape, data)
 }
 
+/// Arrays per device.
+type PerDevice = Vec<Vec<Array>>;
+
 /// (name, inputs per device, outputs per device) of every fixture case.
-fn fixture() -> Vec<(String, Vec<Vec<Array>>, Vec<Vec<Array>>)> {
+fn fixture() -> Vec<(String, PerDevice, PerDevice)> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/collective/collective.json");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json");
     let per_device = |v: &Value| -> Vec<Vec<Array>> {

@@ -156,7 +156,7 @@ const ORTHOGONAL: Tol = Tol { rtol: 1e-5, floor: 1.0 };
 
 #[test]
 fn orthogonal_matches_jax_and_is_orthonormal() {
-    let gains = [1.0, 1.4142135, 0.01, 1.0];
+    let gains = [1.0, std::f64::consts::SQRT_2, 0.01, 1.0];
     for (host, dev) in against_reference("nn", &["orthogonal_0", "orthogonal_42"], ORTHOGONAL) {
         for (outs, what) in [(host, "interpreter"), (dev, "device")] {
             for (q, gain) in outs.iter().zip(gains) {

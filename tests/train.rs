@@ -191,7 +191,7 @@ fn learners_stay_identical_across_two_devices() {
     let shape = RunShape { envs: 4, rollout: 4, updates_per_call: 2, devices: 2 };
     let (agent, env) = match agent_and_env(&prog, "Tiny", shape) {
         Ok(ae) => ae,
-        Err(d) => panic!("{}", podracer::diag::render_plain(&prog.map, &[d])),
+        Err(d) => panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])),
     };
     let mut t = Trainer::new(common::client(), &prog, (&agent, &env), shape, Instant::now()).expect("compiles");
     t.init(0).expect("init");

@@ -57,7 +57,7 @@ fn state(step: u64) -> Vec<(String, Array)> {
         ("learner.params.w".to_string(), Array::f32(vec![1024, 1024], vec![step as f32; 1 << 20])),
         ("learner.step".to_string(), Array::i32(vec![], vec![s as i32])),
         ("rng".to_string(), Array::new(vec![2], Data::U32(vec![s, !s]))),
-        ("env.state.done".to_string(), Array::new(vec![4096], Data::Bool(vec![s % 2 == 0; 4096]))),
+        ("env.state.done".to_string(), Array::new(vec![4096], Data::Bool(vec![s.is_multiple_of(2); 4096]))),
     ];
     v.sort_by(|a, b| a.0.cmp(&b.0));
     v

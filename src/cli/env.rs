@@ -19,7 +19,11 @@ fn env_funcs(prog: &Program, file: &Path, name: Option<&str>) -> Result<EnvFuncs
         (None, [only]) => only.clone(),
         (None, []) => return Err(Failure::Message(format!("`{}` declares no `env`", file.display()))),
         (None, _) => {
-            return Err(Failure::Message(format!("`{}` declares several envs ({}): choose one with `--env`", file.display(), names.join(", "))));
+            return Err(Failure::Message(format!(
+                "`{}` declares several envs ({}): choose one with `--env`",
+                file.display(),
+                names.join(", ")
+            )));
         }
     };
     build_env(prog, &name).map_err(|d| {
@@ -27,8 +31,6 @@ fn env_funcs(prog: &Program, file: &Path, name: Option<&str>) -> Result<EnvFuncs
         Failure::Reported
     })
 }
-
-/// The key data of `key(seed)`, as `jax.random.key(seed)` makes it.
 
 fn compile(client: &Client, f: &crate::ir::Func, replicas: usize) -> Result<Executable, Failure> {
     Ok(client.compile(&lower_module(f, replicas), replicas)?)
@@ -87,7 +89,11 @@ pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let mut state: Vec<Array> = out[..n_state + 1].to_vec();
     if let Some(s) = a.state {
         let v: Value = serde_json::from_str(s)
-            .or_else(|_| std::fs::read_to_string(s).map_err(|e| e.to_string()).and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string())))
+            .or_else(|_| {
+                std::fs::read_to_string(s)
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+            })
             .map_err(|e| format!("`--state` is neither JSON nor a readable JSON file: {e}"))?;
         crate::io::override_fields(&env.info.state, &mut state[..n_state], &v)?;
     }
@@ -138,7 +144,8 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let program = bench_program(&prog, &env, a.envs / a.devices, a.steps);
     let exe = compile(&client, &program, a.devices)?;
     let compile_s = start.elapsed().as_secs_f64();
-    let keys: Vec<Buffer> = (0..a.devices).map(|d| client.upload(&crate::io::seed_key(d as i64), d)).collect::<Result<_, _>>()?;
+    let keys: Vec<Buffer> =
+        (0..a.devices).map(|d| client.upload(&crate::io::seed_key(d as i64), d)).collect::<Result<_, _>>()?;
     let args: Vec<Vec<&Buffer>> = keys.iter().map(|k| vec![k]).collect();
     let mut times = vec![];
     let mut episodes = 0;
@@ -156,11 +163,17 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let median = times[times.len() / 2];
     let steps_per_sec = (a.envs * a.steps) as f64 / median;
     if a.json {
-        println!("{}", json!({"steps_per_sec": steps_per_sec, "compile_s": compile_s, "envs": a.envs, "steps": a.steps, "devices": a.devices}));
+        println!(
+            "{}",
+            json!({"steps_per_sec": steps_per_sec, "compile_s": compile_s, "envs": a.envs, "steps": a.steps, "devices": a.devices})
+        );
     } else {
         println!("env {}: {} envs x {} steps on {} device(s)", env.info.name, a.envs, a.steps, a.devices);
         println!("  compile: {compile_s:.3} s");
-        println!("  median of {} runs: {:.4} s, {:.3e} env steps/s ({episodes} episodes ended per run)", a.runs, median, steps_per_sec);
+        println!(
+            "  median of {} runs: {:.4} s, {:.3e} env steps/s ({episodes} episodes ended per run)",
+            a.runs, median, steps_per_sec
+        );
     }
     Ok(())
 }

@@ -2,8 +2,8 @@
 
 use super::{Failure, load};
 use crate::diag::emit_stderr;
-use crate::runtime::Runtime;
 use crate::resolve::Program;
+use crate::runtime::Runtime;
 use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent, record};
 use crate::train::{checkpoint, metrics, plot, progress::Progress};
 use serde_json::{Value, json};
@@ -56,7 +56,7 @@ fn trainer<'c>(
 ) -> Result<Trainer<'c>, Failure> {
     let start = Instant::now();
     let (agent, env) = agent_and_env(prog, agent, shape).map_err(|d| {
-        emit_stderr(&prog.map, &[d]);
+        emit_stderr(&prog.map, &[*d]);
         Failure::Reported
     })?;
     Ok(Trainer::new(client, prog, (&agent, &env), shape, start)?)
@@ -159,7 +159,8 @@ pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
 fn save(t: &Trainer, dir: &Path, cfg: &Value, calls: u64, env_steps: u64) -> Result<(), Failure> {
     let arrays = t.snapshot()?;
     let meta = json!({ "config": cfg, "calls": calls, "env_steps": env_steps });
-    checkpoint::save(dir, &arrays, &meta).map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", dir.display()))?;
+    checkpoint::save(dir, &arrays, &meta)
+        .map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", dir.display()))?;
     Ok(())
 }
 

@@ -81,7 +81,12 @@ impl Elab<'_> {
             ("truncated".to_string(), per_step(DType::Bool)),
             ("last_obs".to_string(), stacked(*dtype, &[b])),
         ];
-        let def = Rc::new(StructDef { name: TRAJECTORY.into(), generics: vec!["T".into(), "B".into()], fields, instance: None });
+        let def = Rc::new(StructDef {
+            name: TRAJECTORY.into(),
+            generics: vec!["T".into(), "B".into()],
+            fields,
+            instance: None,
+        });
         self.steps.insert(name, def.clone());
         def
     }
@@ -166,7 +171,12 @@ impl Elab<'_> {
         let (p, r) = self.signature_types(act);
         let want = [learner.clone(), env.observation.clone(), key.clone()];
         if p != want || r != Ty::scalar(DType::I32) {
-            wrong(self, act, act.name.span, "expected the learner state, an observation and a key, giving `i32`".into());
+            wrong(
+                self,
+                act,
+                act.name.span,
+                "expected the learner state, an observation and a key, giving `i32`".into(),
+            );
             ok = false;
         }
         // update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M), where the
@@ -191,8 +201,11 @@ impl Elab<'_> {
 impl Elab<'_> {
     /// `update`'s parameter and result types, its size parameters symbolic.
     fn update_signature(&mut self, update: &ast::Fn) -> (Vec<Ty>, Ty) {
-        let sizes: Subst =
-            update.generics.iter().map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str())))).collect();
+        let sizes: Subst = update
+            .generics
+            .iter()
+            .map(|g| (Rc::from(g.name.as_str()), Dim::Param(Rc::from(g.name.as_str()))))
+            .collect();
         let saved = std::mem::replace(&mut self.sizes, sizes);
         let p: Vec<Ty> = update.params.iter().map(|(_, t)| self.resolve_ty(t)).collect();
         let r = self.resolve_ty(&update.ret);

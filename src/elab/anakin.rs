@@ -83,10 +83,9 @@ pub fn leaf_names(ty: &Ty, prefix: &str) -> Vec<String> {
     match ty {
         Ty::Array(..) | Ty::Error => vec![prefix.to_string()],
         Ty::Tuple(ts) => ts.iter().enumerate().flat_map(|(i, t)| leaf_names(t, &format!("{prefix}.{i}"))).collect(),
-        Ty::Struct(def, args) => Ty::struct_fields(def, args)
-            .iter()
-            .flat_map(|(n, t)| leaf_names(t, &format!("{prefix}.{n}")))
-            .collect(),
+        Ty::Struct(def, args) => {
+            Ty::struct_fields(def, args).iter().flat_map(|(n, t)| leaf_names(t, &format!("{prefix}.{n}"))).collect()
+        }
     }
 }
 
@@ -298,7 +297,12 @@ fn rollout(
     let envs_out = finals[..n_env + 2].to_vec();
     let mut trajectory = finals[n_env + 2 + 6..].to_vec();
     trajectory.push(envs_out[n_env + 1]); // last_obs
-    Rollout { episodes: [finals[n_env + 3], finals[n_env + 4]], sums: finals[n_env + 5..n_env + 8].to_vec(), envs: envs_out, trajectory }
+    Rollout {
+        episodes: [finals[n_env + 3], finals[n_env + 4]],
+        sums: finals[n_env + 5..n_env + 8].to_vec(),
+        envs: envs_out,
+        trajectory,
+    }
 }
 
 /// `buf.set([t], x)`: writes row `t` of a `[T, ...]` buffer.

@@ -145,7 +145,12 @@ impl Elab<'_> {
             if !fns.contains_key(name) {
                 let help = signature(name, &state_s, &obs_s);
                 let what = format!("`fn {name}`");
-                self.err(TypeError::EnvMissing { env: format!("env `{}`", e.name.name), what, span: e.name.span, help });
+                self.err(TypeError::EnvMissing {
+                    env: format!("env `{}`", e.name.name),
+                    what,
+                    span: e.name.span,
+                    help,
+                });
             }
         }
         let state = state?;

@@ -265,8 +265,13 @@ impl Elab<'_> {
         let def = match item.map(|r| (r, self.prog.item(r))) {
             Some((r, ast::Item::Struct(s))) => {
                 let kinds = self.struct_kinds(r);
-                let params: Vec<Rc<str>> =
-                    s.generics.iter().zip(&kinds).filter(|(_, k)| **k).map(|(g, _)| Rc::from(g.name.as_str())).collect();
+                let params: Vec<Rc<str>> = s
+                    .generics
+                    .iter()
+                    .zip(&kinds)
+                    .filter(|(_, k)| **k)
+                    .map(|(g, _)| Rc::from(g.name.as_str()))
+                    .collect();
                 let mut types = super::TypeSubst::new();
                 let saved = std::mem::replace(&mut self.module, r.module);
                 for ((n, _), v) in fields.iter().zip(&vals) {

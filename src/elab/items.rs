@@ -43,7 +43,10 @@ impl Elab<'_> {
         let types = type_params.iter().map(|(g, _)| Rc::from(g.name.as_str())).zip(type_args.iter().cloned());
         let saved = (
             std::mem::replace(&mut self.module, r.module),
-            std::mem::replace(&mut self.sizes, size_params.iter().map(|g| (g.clone(), Dim::Param(g.clone()))).collect()),
+            std::mem::replace(
+                &mut self.sizes,
+                size_params.iter().map(|g| (g.clone(), Dim::Param(g.clone()))).collect(),
+            ),
             std::mem::replace(&mut self.types, types.collect()),
         );
         let mut fields: Vec<(String, Ty)> = vec![];
@@ -136,7 +139,8 @@ impl Elab<'_> {
                 let written = args.iter().zip(kinds).filter(|(_, k)| *k).map(|(a, _)| a);
                 for (a, t) in written.zip(type_args) {
                     if let ast::DimExpr::Name(id) = a {
-                        let d = ast::Type { kind: ast::TypeKind::Named { name: id.clone(), args: vec![] }, span: id.span };
+                        let d =
+                            ast::Type { kind: ast::TypeKind::Named { name: id.clone(), args: vec![] }, span: id.span };
                         self.bind_types(&d, t, params, out);
                     }
                 }
@@ -217,7 +221,8 @@ impl Elab<'_> {
                 if item.is_none() && name.name == "Key" && args.is_empty() {
                     return random::key_ty();
                 }
-                if let (None, super::agent::TRAJECTORY, Some(obs)) = (item, name.name.as_str(), self.trajectory.clone()) {
+                if let (None, super::agent::TRAJECTORY, Some(obs)) = (item, name.name.as_str(), self.trajectory.clone())
+                {
                     let def = self.trajectory_def(&obs);
                     if args.len() != 2 {
                         let (what, found) = (format!("`{}`", super::agent::TRAJECTORY), args.len());

@@ -86,7 +86,13 @@ impl Elab<'_> {
         };
         if name == "zeros_like" && vals.len() != 1 {
             let found = vals.len();
-            return Some(self.err(TypeError::Arity { what: "`zeros_like`".into(), expected: 1, found, span, decl: None }));
+            return Some(self.err(TypeError::Arity {
+                what: "`zeros_like`".into(),
+                expected: 1,
+                found,
+                span,
+                decl: None,
+            }));
         }
         if whole_sum && is_tree(&vals[0].ty) {
             let leaves = self.leaves(&vals[0]);

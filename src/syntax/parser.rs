@@ -479,7 +479,15 @@ fn nesting_bound(tokens: &[Spanned<'_>]) -> Option<(usize, usize)> {
                     top = parent;
                 }
             }
-            Tok::Comma | Tok::Semi | Tok::Let | Tok::Fn | Tok::Env | Tok::Agent | Tok::Struct | Tok::Const | Tok::Use => {
+            Tok::Comma
+            | Tok::Semi
+            | Tok::Let
+            | Tok::Fn
+            | Tok::Env
+            | Tok::Agent
+            | Tok::Struct
+            | Tok::Const
+            | Tok::Use => {
                 top.done = top.depth();
                 top.ops = 0;
                 top.inner = 0;

@@ -78,10 +78,14 @@ pub fn pick_agent(prog: &Program, name: Option<&str>) -> Result<String, String> 
 }
 
 /// Builds the agent's functions and its env's.
-pub fn agent_and_env(prog: &Program, name: &str, shape: RunShape) -> Result<(AgentFuncs, EnvFuncs), crate::diag::Diag> {
+pub fn agent_and_env(
+    prog: &Program,
+    name: &str,
+    shape: RunShape,
+) -> Result<(AgentFuncs, EnvFuncs), Box<crate::diag::Diag>> {
     let per_device = shape.envs / shape.devices;
-    let agent = build_agent(prog, name, per_device, shape.rollout).map_err(|d| *d)?;
-    let env = build_env(prog, &agent.info.env.name).map_err(|d| *d)?;
+    let agent = build_agent(prog, name, per_device, shape.rollout)?;
+    let env = build_env(prog, &agent.info.env.name)?;
     Ok((agent, env))
 }
 
@@ -98,11 +102,13 @@ impl<'c> Trainer<'c> {
         start: Instant,
     ) -> Result<Self, String> {
         shape.check()?;
-        let per_device = Shape { envs: shape.envs / shape.devices, steps: shape.rollout, updates: shape.updates_per_call };
+        let per_device =
+            Shape { envs: shape.envs / shape.devices, steps: shape.rollout, updates: shape.updates_per_call };
         let programs = anakin_programs(prog, agent, env, per_device);
         let d = shape.devices;
         let donated = programs.state.len();
-        let train = client.compile(&lower_module_donating(&programs.train, d, donated), d).map_err(|e| e.to_string())?;
+        let train =
+            client.compile(&lower_module_donating(&programs.train, d, donated), d).map_err(|e| e.to_string())?;
         let compile_s = start.elapsed().as_secs_f64();
         Ok(Trainer { client, programs, agent: agent.info.name.clone(), shape, compile_s, train, state: vec![] })
     }
@@ -114,8 +120,11 @@ impl<'c> Trainer<'c> {
         let key = crate::io::seed_key(seed);
         let mut state = vec![];
         for d in 0..self.shape.devices {
-            let values = crate::ir::eval::eval_func(&self.programs.init, &[key.clone(), Array::i32(vec![], vec![d as i32])]);
-            state.push(values.iter().map(|v| self.client.upload(v, d).map_err(|e| e.to_string())).collect::<Result<_, _>>()?);
+            let values =
+                crate::ir::eval::eval_func(&self.programs.init, &[key.clone(), Array::i32(vec![], vec![d as i32])]);
+            state.push(
+                values.iter().map(|v| self.client.upload(v, d).map_err(|e| e.to_string())).collect::<Result<_, _>>()?,
+            );
         }
         self.state = state;
         Ok(())
@@ -168,7 +177,10 @@ impl<'c> Trainer<'c> {
             let parts: Vec<&Array> = per_device.iter().map(|d| &d[i]).collect();
             let value = if leaf.shared {
                 if parts.iter().any(|p| *p != parts[0]) {
-                    return Err(format!("`{}` differs between devices: the update must average its gradients with `pmean`", leaf.name));
+                    return Err(format!(
+                        "`{}` differs between devices: the update must average its gradients with `pmean`",
+                        leaf.name
+                    ));
                 }
                 parts[0].clone()
             } else {
@@ -188,10 +200,19 @@ impl<'c> Trainer<'c> {
                 .iter()
                 .find(|(n, _)| *n == leaf.name)
                 .ok_or_else(|| format!("the checkpoint has no array `{}`", leaf.name))?;
-            let parts = if leaf.shared { vec![a.clone(); d] } else { split(a, d, leaf.ty.shape.is_empty() || leaf.name == "rng") };
+            let parts = if leaf.shared {
+                vec![a.clone(); d]
+            } else {
+                split(a, d, leaf.ty.shape.is_empty() || leaf.name == "rng")
+            };
             for (dev, p) in parts.iter().enumerate() {
                 if p.ty() != leaf.ty {
-                    return Err(format!("`{}` in the checkpoint is {:?}, the program expects {:?}", leaf.name, p.ty(), leaf.ty));
+                    return Err(format!(
+                        "`{}` in the checkpoint is {:?}, the program expects {:?}",
+                        leaf.name,
+                        p.ty(),
+                        leaf.ty
+                    ));
                 }
                 state[dev].push(self.client.upload(p, dev).map_err(|e| e.to_string())?);
             }

@@ -7,48 +7,210 @@ use crate::syntax::span::Span;
 
 #[derive(Clone, Debug)]
 pub enum TypeError {
-    UnknownName { name: String, span: Span, similar: Option<String> },
-    UnknownType { name: String, span: Span },
-    UnknownModule { path: String, span: Span, looked_in: String },
-    UnknownImport { module: String, name: String, span: Span },
-    Duplicate { name: String, span: Span, first: Span },
-    Arity { what: String, expected: usize, found: usize, span: Span, decl: Option<Span> },
-    DTypeMismatch { op: String, left: Ty, right: Ty, span: Span, left_span: Span, right_span: Span },
-    BroadcastMismatch { op: String, left: Ty, right: Ty, left_span: Span, right_span: Span },
-    MatMulMismatch { left: Ty, right: Ty, left_span: Span, right_span: Span, detail: String },
-    Mismatch { expected: Ty, found: Ty, span: Span, because: Option<(Span, String)> },
-    BranchMismatch { then_ty: Ty, else_ty: Ty, then_span: Span, else_span: Span },
-    CannotInferSize { param: String, func: String, span: Span },
-    SizeConflict { param: String, first: String, second: String, span: Span },
-    UnknownField { ty: Ty, field: String, span: Span, fields: Vec<String> },
-    MissingField { ty: String, field: String, span: Span },
-    NotAStruct { ty: Ty, field: String, span: Span },
-    NotATuple { ty: Ty, span: Span },
-    TupleIndex { ty: Ty, index: u32, span: Span },
-    NotStatic { what: String, span: Span },
-    BadOperand { op: String, ty: Ty, span: Span, expected: String },
-    BadIndex { detail: String, span: Span },
-    BadAxis { axis: i64, rank: usize, span: Span },
-    Reshape { from: Ty, to: String, span: Span },
-    PatternMismatch { ty: Ty, span: Span, detail: String },
-    Recursive { name: String, span: Span },
-    NotAValue { name: String, span: Span },
-    LiteralRange { value: String, ty: String, span: Span },
-    Entry { detail: String, span: Span },
+    UnknownName {
+        name: String,
+        span: Span,
+        similar: Option<String>,
+    },
+    UnknownType {
+        name: String,
+        span: Span,
+    },
+    UnknownModule {
+        path: String,
+        span: Span,
+        looked_in: String,
+    },
+    UnknownImport {
+        module: String,
+        name: String,
+        span: Span,
+    },
+    Duplicate {
+        name: String,
+        span: Span,
+        first: Span,
+    },
+    Arity {
+        what: String,
+        expected: usize,
+        found: usize,
+        span: Span,
+        decl: Option<Span>,
+    },
+    DTypeMismatch {
+        op: String,
+        left: Ty,
+        right: Ty,
+        span: Span,
+        left_span: Span,
+        right_span: Span,
+    },
+    BroadcastMismatch {
+        op: String,
+        left: Ty,
+        right: Ty,
+        left_span: Span,
+        right_span: Span,
+    },
+    MatMulMismatch {
+        left: Ty,
+        right: Ty,
+        left_span: Span,
+        right_span: Span,
+        detail: String,
+    },
+    Mismatch {
+        expected: Ty,
+        found: Ty,
+        span: Span,
+        because: Option<(Span, String)>,
+    },
+    BranchMismatch {
+        then_ty: Ty,
+        else_ty: Ty,
+        then_span: Span,
+        else_span: Span,
+    },
+    CannotInferSize {
+        param: String,
+        func: String,
+        span: Span,
+    },
+    SizeConflict {
+        param: String,
+        first: String,
+        second: String,
+        span: Span,
+    },
+    UnknownField {
+        ty: Ty,
+        field: String,
+        span: Span,
+        fields: Vec<String>,
+    },
+    MissingField {
+        ty: String,
+        field: String,
+        span: Span,
+    },
+    NotAStruct {
+        ty: Ty,
+        field: String,
+        span: Span,
+    },
+    NotATuple {
+        ty: Ty,
+        span: Span,
+    },
+    TupleIndex {
+        ty: Ty,
+        index: u32,
+        span: Span,
+    },
+    NotStatic {
+        what: String,
+        span: Span,
+    },
+    BadOperand {
+        op: String,
+        ty: Ty,
+        span: Span,
+        expected: String,
+    },
+    BadIndex {
+        detail: String,
+        span: Span,
+    },
+    BadAxis {
+        axis: i64,
+        rank: usize,
+        span: Span,
+    },
+    Reshape {
+        from: Ty,
+        to: String,
+        span: Span,
+    },
+    PatternMismatch {
+        ty: Ty,
+        span: Span,
+        detail: String,
+    },
+    Recursive {
+        name: String,
+        span: Span,
+    },
+    NotAValue {
+        name: String,
+        span: Span,
+    },
+    LiteralRange {
+        value: String,
+        ty: String,
+        span: Span,
+    },
+    Entry {
+        detail: String,
+        span: Span,
+    },
     /// `env` names the item: "env `Catch`", "agent `A2C`".
-    EnvMissing { env: String, what: String, span: Span, help: Option<String> },
-    EnvSignature { env: String, func: String, expected: String, found: String, label: String, span: Span },
-    EnvMember { detail: String, span: Span },
-    Vmap { detail: String, span: Span },
+    EnvMissing {
+        env: String,
+        what: String,
+        span: Span,
+        help: Option<String>,
+    },
+    EnvSignature {
+        env: String,
+        func: String,
+        expected: String,
+        found: String,
+        label: String,
+        span: Span,
+    },
+    EnvMember {
+        detail: String,
+        span: Span,
+    },
+    Vmap {
+        detail: String,
+        span: Span,
+    },
     // `grad`: `f` (at `span`) does not return an f32 scalar (`ret`: its declared type);
     // the differentiated argument is not made of f32 arrays; the loss depends, through a
     // derivative, on a value with none (`span`: what made it, `call`: the `grad` call).
-    GradResult { func: String, found: Ty, span: Span, ret: Span },
-    GradArgument { func: String, found: Ty, span: Span },
-    NotDifferentiable { what: String, span: Span, call: Span },
-    ExpectedType { what: String, span: Span },
-    CannotInferType { param: String, func: String, span: Span },
-    Leafwise { op: String, left: Ty, right: Ty, span: Span },
+    GradResult {
+        func: String,
+        found: Ty,
+        span: Span,
+        ret: Span,
+    },
+    GradArgument {
+        func: String,
+        found: Ty,
+        span: Span,
+    },
+    NotDifferentiable {
+        what: String,
+        span: Span,
+        call: Span,
+    },
+    ExpectedType {
+        what: String,
+        span: Span,
+    },
+    CannotInferType {
+        param: String,
+        func: String,
+        span: Span,
+    },
+    Leafwise {
+        op: String,
+        left: Ty,
+        right: Ty,
+        span: Span,
+    },
 }
 
 impl TypeError {

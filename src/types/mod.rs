@@ -29,7 +29,9 @@ impl Dim {
         match (self, other) {
             (Dim::Known(a), Dim::Known(b)) => Some(Dim::Known(a.checked_mul(*b)?)),
             (Dim::Param(p), Dim::Known(c)) | (Dim::Known(c), Dim::Param(p)) => Some(scaled(p, *c)),
-            (Dim::Scaled(p, a), Dim::Known(b)) | (Dim::Known(b), Dim::Scaled(p, a)) => Some(scaled(p, a.checked_mul(*b)?)),
+            (Dim::Scaled(p, a), Dim::Known(b)) | (Dim::Known(b), Dim::Scaled(p, a)) => {
+                Some(scaled(p, a.checked_mul(*b)?))
+            }
             _ => None,
         }
     }
