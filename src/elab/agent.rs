@@ -299,18 +299,9 @@ fn derive(prog: &Program, r: ItemRef, obs: &Ty, f: &ast::Fn, sizes: Subst) -> Re
 
 /// The root module's agents, in order (`podc train` picks the only one by default).
 pub fn agent_names(prog: &Program) -> Vec<String> {
-    let Some(m) = prog.modules.first() else { return vec![] };
-    m.ast
-        .items
-        .iter()
-        .filter_map(|i| match i {
-            ast::Item::Agent(a) => Some(a.name.name.clone()),
-            _ => None,
-        })
-        .collect()
+    super::root_names(prog, |i| matches!(i, ast::Item::Agent(_)))
 }
 
 fn no_agent(prog: &Program, name: &str) -> Diag {
-    let span = prog.modules.first().and_then(|m| m.ast.items.first()).map(|i| crate::resolve::item_name(i).span);
-    Diag::new("E0304", format!("no agent `{name}` in the root module"), span.unwrap_or_default(), "expected an agent")
+    super::no_root_item(prog, "E0304", "agent", name)
 }

@@ -287,20 +287,11 @@ pub fn build_env(prog: &Program, name: &str) -> Result<EnvFuncs, Box<Diag>> {
 
 /// The root module's environments, in order (`podc sim` picks the only one by default).
 pub fn env_names(prog: &Program) -> Vec<String> {
-    let Some(m) = prog.modules.first() else { return vec![] };
-    m.ast
-        .items
-        .iter()
-        .filter_map(|i| match i {
-            ast::Item::Env(e) => Some(e.name.name.clone()),
-            _ => None,
-        })
-        .collect()
+    super::root_names(prog, |i| matches!(i, ast::Item::Env(_)))
 }
 
 fn no_env(prog: &Program, name: &str) -> Diag {
-    let span = prog.modules.first().and_then(|m| m.ast.items.first()).map(|i| crate::resolve::item_name(i).span);
-    Diag::new("E0301", format!("no env `{name}` in the root module"), span.unwrap_or_default(), "expected an env here")
+    super::no_root_item(prog, "E0301", "env", name)
 }
 
 enum Derived {

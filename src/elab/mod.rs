@@ -312,6 +312,19 @@ impl<'p> Elab<'p> {
     }
 }
 
+/// The names of the root module's items that `pick` selects, in order.
+pub(crate) fn root_names(prog: &Program, pick: impl Fn(&ast::Item) -> bool) -> Vec<String> {
+    let Some(m) = prog.modules.first() else { return vec![] };
+    m.ast.items.iter().filter(|i| pick(i)).map(|i| crate::resolve::item_name(i).name.clone()).collect()
+}
+
+/// "no env `X` in the root module", at the root module's first item.
+pub(crate) fn no_root_item(prog: &Program, code: &'static str, what: &str, name: &str) -> Diag {
+    let span = prog.modules.first().and_then(|m| m.ast.items.first()).map(|i| crate::resolve::item_name(i).span);
+    let message = format!("no {what} `{name}` in the root module");
+    Diag::new(code, message, span.unwrap_or_default(), format!("expected an {what} here"))
+}
+
 /// How many arrays a type flattens to.
 pub(crate) fn leaf_count(t: &Ty) -> usize {
     match t {
