@@ -98,3 +98,14 @@ fn build_emits_every_stage() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("no function `nope`"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_rollout_that_does_not_fit_the_agent_is_reported_before_compiling() {
+    // PPO's update takes `Trajectory<128, MB * 4>`: 30 envs do not split into 4 minibatches.
+    let o = podc(&["train", "examples/cartpole_ppo.pod", "--envs", "30", "-q", "--out", "/nonexistent/never"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("error[E0306]: the rollout does not fit the agent's `update`"), "{err}");
+    assert!(err.contains("`Trajectory<128, MB * 4>`, not rollouts of 128 steps of 30 envs per device"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}

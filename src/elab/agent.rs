@@ -100,7 +100,7 @@ impl Elab<'_> {
             _ => None,
         }) else {
             let detail = format!("`{}` is not an env", a.env.name);
-            self.err(TypeError::EnvMember { detail, span: a.env.span });
+            self.err(TypeError::AgentMember { detail, span: a.env.span });
             return None;
         };
         let module = std::mem::replace(&mut self.module, r.module);
@@ -109,7 +109,7 @@ impl Elab<'_> {
         let env = env?;
         if !matches!(env.observation, Ty::Array(..)) {
             let detail = format!("an agent's env must observe an array, not `{}`", env.observation);
-            self.err(TypeError::EnvMember { detail, span: a.env.span });
+            self.err(TypeError::AgentMember { detail, span: a.env.span });
             return None;
         }
         let saved = self.trajectory.replace(env.observation.clone());
@@ -128,7 +128,7 @@ impl Elab<'_> {
             }
             if !["init", "act", "update"].contains(&f.name.name.as_str()) {
                 let detail = "an agent has exactly the functions `init`, `act` and `update`".to_string();
-                self.err(TypeError::EnvMember { detail, span: f.name.span });
+                self.err(TypeError::AgentMember { detail, span: f.name.span });
             }
         }
         let learner = fns.get("init").map(|f| self.signature_types(f).1);
@@ -249,10 +249,7 @@ pub fn build_agent(prog: &Program, name: &str, envs: usize, steps: usize) -> Res
     let fits = super::calls::unify_dims(&p[1], &known, false, &mut sizes, &mut None);
     if !fits || update.generics.iter().any(|g| !sizes.contains_key(g.name.as_str())) {
         let detail = format!("`update` takes `{}`, not rollouts of {steps} steps of {envs} envs per device", p[1]);
-        let d = TypeError::EnvMember { detail, span: update.params[1].1.span }.into_diag().with_help(
-            "choose `--rollout` and `--envs` (per device: `--envs` / `--devices`) to fit the agent's trajectory",
-        );
-        return Err(Box::new(d));
+        return Err(Box::new(TypeError::RolloutMismatch { detail, span: update.params[1].1.span }.into_diag()));
     }
     let init = derive(prog, r, &obs, fun("init"), Subst::new())?;
     let act = derive(prog, r, &obs, fun("act"), Subst::new())?;

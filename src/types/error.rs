@@ -173,6 +173,14 @@ pub enum TypeError {
         detail: String,
         span: Span,
     },
+    AgentMember {
+        detail: String,
+        span: Span,
+    },
+    RolloutMismatch {
+        detail: String,
+        span: Span,
+    },
     Vmap {
         detail: String,
         span: Span,
@@ -370,6 +378,12 @@ impl TypeError {
                     .with_note(format!("   found `{found}`"))
             }
             E::EnvMember { detail, span } => Diag::new("E0303", "invalid env declaration", span, detail),
+            E::AgentMember { detail, span } => Diag::new("E0305", "invalid agent declaration", span, detail),
+            E::RolloutMismatch { detail, span } => {
+                Diag::new("E0306", "the rollout does not fit the agent's `update`", span, detail).with_help(
+                    "choose `--rollout` and `--envs` (per device: `--envs` / `--devices`) to fit the agent's trajectory",
+                )
+            }
             E::GradResult { func, found, span, ret } => Diag::new(
                 "E0225",
                 format!("cannot differentiate `{func}`: it returns `{found}`"),
