@@ -920,3 +920,18 @@ fn a_loop_matches_jax() {
 fn softmax_and_logsumexp_match_jax() {
     against_jax("tests/fixtures/grad/compositions.pod", "compositions.json", "ce");
 }
+
+/// `(loss, aux)` functions: the value and gradient are those of the loss alone, and `aux`
+/// comes back unchanged, from `grad` and `value_and_grad` alike.
+#[test]
+fn an_auxiliary_result_rides_along() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pass/grad-aux.pod");
+    let out = common::run_both(&common::entry(&path), &[]);
+    // value, stats.norm, stats.pred, g, g2, stats2.norm, stats2.pred, plain value, plain g
+    let [value, norm, pred, g, g2, norm2, pred2, plain_value, plain_g] = &out[..] else {
+        panic!("nine arrays, got {}", out.len())
+    };
+    assert_eq!((value, g, g2), (plain_value, plain_g, plain_g));
+    assert_eq!((norm, pred), (norm2, pred2));
+    common::assert_close(std::slice::from_ref(norm), &[Array::f32(vec![], vec![5.25f32.sqrt()])], 1e-6);
+}

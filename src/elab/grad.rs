@@ -3,7 +3,10 @@
 //!
 //! `f` must return an `f32` scalar, and its first parameter must be made of `f32` arrays
 //! (an array, or a tuple or struct of them: a pytree). `grad` returns the gradient, of
-//! the first argument's type; `value_and_grad` returns `(loss, gradient)`.
+//! the first argument's type; `value_and_grad` returns `(loss, gradient)`. A function
+//! that returns a pair `(loss, aux)` is differentiated through its loss, and `aux` comes
+//! back too (JAX's `has_aux`): `grad` gives `(gradient, aux)`, `value_and_grad`
+//! `((loss, aux), gradient)`.
 //!
 //! As with `vmap`, the body of `f` is built on its own, then transformed by the IR
 //! transformation (`transform::grad`), and the result is inlined at the call.
@@ -73,7 +76,12 @@ impl Elab<'_> {
             }
         }
         let ret = ret.subst(&sizes);
-        if ret != Ty::scalar(DType::F32) && !ret.is_error() {
+        let loss = Ty::scalar(DType::F32);
+        let aux = match &ret {
+            Ty::Tuple(ts) if ts.len() == 2 && ts[0] == loss => Some(ts[1].clone()),
+            _ => None,
+        };
+        if ret != loss && aux.is_none() && !ret.is_error() {
             let func = f.name.name.clone();
             return self.err(TypeError::GradResult { func, found: ret, span: fname.span, ret: f.ret.span });
         }
@@ -83,7 +91,12 @@ impl Elab<'_> {
             let func = f.name.name.clone();
             return self.err(TypeError::GradArgument { func, found: wrt_ty, span: rest[0].span });
         }
-        let out_ty = if with_value { Ty::Tuple(vec![Ty::scalar(DType::F32), wrt_ty]) } else { wrt_ty };
+        let out_ty = match (with_value, &aux) {
+            (true, None) => Ty::Tuple(vec![loss, wrt_ty]),
+            (true, Some(_)) => Ty::Tuple(vec![ret.clone(), wrt_ty]),
+            (false, None) => wrt_ty,
+            (false, Some(a)) => Ty::Tuple(vec![wrt_ty, a.clone()]),
+        };
         if !self.building() {
             return Val::of(out_ty, vec![]);
         }
@@ -105,13 +118,16 @@ impl Elab<'_> {
         self.stack.pop();
         let inner = std::mem::replace(&mut self.b, outer).expect("build mode");
         let origins = inner.origins().to_vec();
+        let n_aux = out.vars.len().saturating_sub(1);
         let func = inner.finish(&f.name.name, param_vars, out.vars);
         match value_and_grad(&func, &wrt) {
             Ok(g) => {
                 let b = self.b.as_mut().expect("build mode");
+                // The transform gives the loss, the auxiliary leaves, then the gradient.
                 let mut outs = b.inline(&g, &args);
                 if !with_value {
                     outs.remove(0);
+                    outs.rotate_left(n_aux);
                 }
                 Val::of(out_ty, outs)
             }

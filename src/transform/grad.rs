@@ -92,13 +92,15 @@ pub enum GradError {
 
 /// `f` and its gradient with respect to the parameters flagged in `wrt`.
 ///
-/// `f` has one result, an `f32` scalar, and the flagged parameters are `f32`. The
-/// returned function has `f`'s parameters; its results are `f`'s result, then the
-/// gradient with respect to each flagged parameter, in order (of the parameter's type).
+/// `f`'s first result is an `f32` scalar, the loss; any others are auxiliary values that
+/// come back as they are (JAX's `has_aux`). The flagged parameters are `f32`. The
+/// returned function has `f`'s parameters; its results are `f`'s results, then the
+/// gradient of the loss with respect to each flagged parameter, in order (of the
+/// parameter's type).
 pub fn value_and_grad(f: &Func, wrt: &[bool]) -> Result<Func, GradError> {
     assert_eq!(wrt.len(), f.graph.params.len(), "value_and_grad: one flag per parameter of {}", f.name);
-    let [result] = f.graph.results[..] else {
-        panic!("value_and_grad: {} must have one result", f.name);
+    let Some((&result, aux)) = f.graph.results.split_first() else {
+        panic!("value_and_grad: {} must have a result", f.name);
     };
     assert_eq!(f.ty(result), &ArrayTy::scalar(DType::F32), "value_and_grad: {} must return an f32 scalar", f.name);
     let mut cx = Grad::new(f);
@@ -117,8 +119,10 @@ pub fn value_and_grad(f: &Func, wrt: &[bool]) -> Result<Func, GradError> {
         let one = full_like(&mut b, 1.0, value);
         cts.insert(result, one);
     }
+    let aux: Vec<Var> = aux.iter().map(|&a| cx.get(a)).collect();
     cx.backward(&mut b, &f.graph.eqns, &mut cts)?;
     let mut results = vec![value];
+    results.extend(aux);
     for (&p, _) in f.graph.params.iter().zip(wrt).filter(|(_, d)| **d) {
         let g = match cts.get(&p) {
             Some(&g) => g,

@@ -391,7 +391,7 @@ impl TypeError {
                 "expected a function returning an `f32` scalar",
             )
             .with_label(ret, format!("`{func}` returns `{found}`"))
-            .with_note("`grad` differentiates a scalar loss; for one result of several, return it alone"),
+            .with_note("`grad` differentiates a scalar loss, or the first of a pair `(loss, aux)`"),
             E::GradArgument { func, found, span } => Diag::new(
                 "E0226",
                 format!("cannot differentiate `{func}` with respect to `{found}`"),
