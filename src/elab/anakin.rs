@@ -43,8 +43,18 @@ pub struct Leaf {
     /// A dotted path: `learner.params.actor.hidden0.w`, `env.obs`, `rng`.
     pub name: String,
     pub ty: ArrayTy,
-    /// Whether every device holds the same value (the learner) rather than its own.
-    pub shared: bool,
+    pub kind: LeafKind,
+}
+
+/// How an array of the state is spread over the devices.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LeafKind {
+    /// The same on every device: the learner.
+    Shared,
+    /// One row per environment, each device holding its own environments' rows.
+    PerEnv,
+    /// One per device: the PRNG key.
+    PerDevice,
 }
 
 pub struct AnakinPrograms {
@@ -67,8 +77,15 @@ pub fn anakin_programs(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape
         .into_iter()
         .chain(leaf_names(&env.info.state, "env.state"))
         .chain(["env.t", "env.obs", "rng", "episode.return", "episode.length"].map(String::from));
+    let n = init.graph.results.len();
     for (i, (name, &v)) in names.zip(&init.graph.results).enumerate() {
-        state.push(Leaf { name, ty: init.types[v.0 as usize].clone(), shared: i < learner_n });
+        // The order of `init`'s results: learner, env state, t, obs, key, return, length.
+        let kind = match i {
+            _ if i < learner_n => LeafKind::Shared,
+            _ if i == n - 3 => LeafKind::PerDevice,
+            _ => LeafKind::PerEnv,
+        };
+        state.push(Leaf { name, ty: init.types[v.0 as usize].clone(), kind });
     }
     let train = train_program(prog, agent, env, shape, &state);
     let mut metrics: Vec<String> = ["return_sum", "length_sum", "episodes"].map(String::from).to_vec();

@@ -9,7 +9,7 @@
 
 use crate::array::{Array, Data};
 use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
-use crate::elab::anakin::{AnakinPrograms, Shape, anakin_programs};
+use crate::elab::anakin::{AnakinPrograms, LeafKind, Shape, anakin_programs};
 use crate::elab::env::{EnvFuncs, build_env};
 use crate::lower::stablehlo::lower_module_donating;
 use crate::resolve::Program;
@@ -159,7 +159,7 @@ impl<'c> Trainer<'c> {
 
     /// The learner's arrays on one device.
     pub fn learner_on(&self, device: usize) -> Result<Vec<Array>, String> {
-        let n = self.programs.state.iter().filter(|l| l.shared).count();
+        let n = self.programs.state.iter().filter(|l| l.kind == LeafKind::Shared).count();
         self.state[device][..n].iter().map(|b| b.download().map_err(|e| e.to_string())).collect()
     }
 
@@ -175,7 +175,7 @@ impl<'c> Trainer<'c> {
         let mut out = vec![];
         for (i, leaf) in self.programs.state.iter().enumerate() {
             let parts: Vec<&Array> = per_device.iter().map(|d| &d[i]).collect();
-            let value = if leaf.shared {
+            let value = if leaf.kind == LeafKind::Shared {
                 if parts.iter().any(|p| *p != parts[0]) {
                     return Err(format!(
                         "`{}` differs between devices: the update must average its gradients with `pmean`",
@@ -184,7 +184,7 @@ impl<'c> Trainer<'c> {
                 }
                 parts[0].clone()
             } else {
-                join(&parts, leaf.ty.shape.is_empty() || leaf.name == "rng")
+                join(&parts, leaf.kind == LeafKind::PerDevice)
             };
             out.push((leaf.name.clone(), value));
         }
@@ -200,10 +200,9 @@ impl<'c> Trainer<'c> {
                 .iter()
                 .find(|(n, _)| *n == leaf.name)
                 .ok_or_else(|| format!("the checkpoint has no array `{}`", leaf.name))?;
-            let parts = if leaf.shared {
-                vec![a.clone(); d]
-            } else {
-                split(a, d, leaf.ty.shape.is_empty() || leaf.name == "rng")
+            let parts = match leaf.kind {
+                LeafKind::Shared => vec![a.clone(); d],
+                kind => split(a, d, kind == LeafKind::PerDevice),
             };
             for (dev, p) in parts.iter().enumerate() {
                 if p.ty() != leaf.ty {
