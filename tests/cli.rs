@@ -109,3 +109,13 @@ fn a_rollout_that_does_not_fit_the_agent_is_reported_before_compiling() {
     assert!(err.contains("`Trajectory<128, MB * 4>`, not rollouts of 128 steps of 30 envs per device"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn build_shows_an_agents_anakin_programs() {
+    let o = podc(&["build", "tests/agents/count.pod", "--emit", "stablehlo", "--entry", "Reinforce"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("module @anakin_init") && text.contains("module @anakin_train"), "{text}");
+    // The train program's state (7 arrays) is donated to its results.
+    assert_eq!(text.matches("tf.aliasing_output").count(), 7, "{text}");
+}

@@ -35,6 +35,8 @@ enum Command {
         file: PathBuf,
         #[arg(long, value_enum)]
         emit: Emit,
+        /// A function without generics, or an agent: its Anakin `init` and `train`
+        /// programs at `podc train`'s default sizes.
         #[arg(long, default_value = "main")]
         entry: String,
         /// Write to this file instead of stdout.
@@ -148,13 +150,13 @@ struct ShapeArgs {
     #[arg(long, value_enum, default_value = "anakin")]
     arch: Arch,
     /// Environments, split evenly over the devices.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = train::DEFAULT_ENVS)]
     envs: usize,
     /// Steps per rollout (T; default: what the agent's `update` fixes, else 16).
     #[arg(long)]
     rollout: Option<usize>,
     /// Updates per call of the device program (K).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = train::DEFAULT_UPDATES_PER_CALL)]
     updates_per_call: usize,
     /// Devices to replicate over (CPU devices come from the CPU plugin).
     #[arg(long, default_value_t = 1)]
@@ -309,8 +311,22 @@ fn build(file: &Path, emit: Emit, name: &str, output: Option<&Path>) -> Result<(
             }
             crate::syntax::print::print_module(&module)
         }
-        Emit::Ir => crate::ir::print::print_func(&entry(&load(file)?, name)?.func),
-        Emit::Stablehlo => crate::lower::stablehlo::lower_module(&entry(&load(file)?, name)?.func, 1),
+        Emit::Ir | Emit::Stablehlo => {
+            let prog = load(file)?;
+            // An agent's entry is its Anakin training program, at `podc train`'s defaults.
+            let funcs = match crate::elab::agent::agent_names(&prog).iter().any(|a| a == name) {
+                true => {
+                    let p = train::anakin_programs_at_defaults(&prog, name)?;
+                    vec![(p.init, 0), (p.train, p.state.len())]
+                }
+                false => vec![(entry(&prog, name)?.func, 0)],
+            };
+            let text = funcs.iter().map(|(f, donated)| match emit {
+                Emit::Ir => crate::ir::print::print_func(f),
+                _ => crate::lower::stablehlo::lower_module_donating(f, 1, *donated),
+            });
+            text.collect::<Vec<_>>().join("\n")
+        }
     };
     match output {
         Some(p) => std::fs::write(p, text).map_err(|e| format!("cannot write `{}`: {e}", p.display()))?,

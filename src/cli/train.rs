@@ -2,6 +2,7 @@
 
 use super::{Failure, load};
 use crate::diag::emit_stderr;
+use crate::elab::anakin::{AnakinPrograms, Shape, anakin_programs};
 use crate::resolve::Program;
 use crate::runtime::Runtime;
 use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent, record};
@@ -9,6 +10,10 @@ use crate::train::{checkpoint, metrics, plot, progress::Progress};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+/// `podc train`'s default `--envs` and `--updates-per-call`.
+pub const DEFAULT_ENVS: usize = 32;
+pub const DEFAULT_UPDATES_PER_CALL: usize = 10;
 
 /// The sizes given on the command line; the rollout defaults to the one the agent fixes,
 /// else 16.
@@ -37,6 +42,18 @@ pub struct TrainArgs {
     /// Checkpoint every this many calls (and at the end).
     pub checkpoint_every: u64,
     pub quiet: bool,
+}
+
+/// An agent's Anakin programs at `podc train`'s default sizes, for `podc build`.
+pub fn anakin_programs_at_defaults(prog: &Program, agent: &str) -> Result<AnakinPrograms, Failure> {
+    let sizes = Sizes { envs: DEFAULT_ENVS, rollout: None, updates_per_call: DEFAULT_UPDATES_PER_CALL, devices: 1 };
+    let shape = sizes.shape(prog, agent);
+    let (agent, env) = agent_and_env(prog, agent, shape).map_err(|d| {
+        emit_stderr(&prog.map, &[*d]);
+        Failure::Reported
+    })?;
+    let per_device = Shape { envs: shape.envs, steps: shape.rollout, updates: shape.updates_per_call };
+    Ok(anakin_programs(prog, &agent, &env, per_device))
 }
 
 /// The program, the agent's name and the run's sizes.
