@@ -1,9 +1,11 @@
 //! Bad input never panics: hundreds of mutated versions of the examples and test programs
 //! (truncations, deleted, duplicated and swapped tokens, random bytes) go through the
-//! whole front end. Each either checks cleanly and then builds and verifies, or ends in
-//! diagnostics.
+//! whole front end. Each either checks cleanly and then builds and verifies (agents: their
+//! training programs), or ends in diagnostics.
 
 use podracer::driver;
+use podracer::elab::anakin::{Shape, anakin_programs};
+use podracer::train::anakin::{RunShape, agent_and_env};
 use std::path::{Path, PathBuf};
 
 /// A tiny deterministic generator (xorshift), so failures reproduce.
@@ -68,8 +70,32 @@ fn mutate(src: &str, rng: &mut Rng) -> String {
         }
         _ => {
             let pool = [
-                "{", "}", "(", ")", "[", "]", ";", ",", "@", "**", "..", "::", "as", "let", "if", "for", "carry", "0",
-                "1.5", "f32", "N", "-",
+                "{",
+                "}",
+                "(",
+                ")",
+                "[",
+                "]",
+                ";",
+                ",",
+                "@",
+                "**",
+                "..",
+                "::",
+                "as",
+                "let",
+                "if",
+                "for",
+                "carry",
+                "0",
+                "1.5",
+                "f32",
+                "N",
+                "-",
+                "*",
+                "agent",
+                "Trajectory",
+                "P",
             ];
             let i = rng.below(t.len());
             t[i] = pool[rng.below(pool.len())].to_string();
@@ -81,7 +107,7 @@ fn mutate(src: &str, rng: &mut Rng) -> String {
 fn sources() -> Vec<(PathBuf, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut out = vec![];
-    for dir in ["examples/basics", "tests/pass"] {
+    for dir in ["examples", "examples/basics", "tests/pass", "tests/agents"] {
         for e in std::fs::read_dir(root.join(dir)).expect("directory exists").flatten() {
             let p = e.path();
             if p.extension().is_some_and(|x| x == "pod") {
@@ -109,6 +135,13 @@ fn mutated_programs_never_panic() {
                 // internal inconsistency) and verify.
                 if prog.root_fn("main").is_some() {
                     let _ = driver::build(&prog, "main");
+                }
+                // And an agent must build its Anakin programs, or say why not.
+                for agent in podracer::elab::agent::agent_names(&prog) {
+                    let shape = RunShape { envs: 4, rollout: 4, updates_per_call: 1, devices: 1 };
+                    if let Ok((a, e)) = agent_and_env(&prog, &agent, shape) {
+                        anakin_programs(&prog, &a, &e, Shape { envs: 4, steps: 4, updates: 1 });
+                    }
                 }
             } else {
                 with_errors += 1;
