@@ -155,8 +155,11 @@ fn train_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shap
     let params: Vec<Var> = state.iter().map(|l| cx.b.as_mut().expect("build mode").fresh(l.ty.clone())).collect();
     let n_metrics = agent.update.graph.results.len() - n_learner;
     let zero = scalar(&mut cx, Array::f32(vec![], vec![0.0]));
-    // Carried over the updates: the state, then the three episode sums and the metric sums.
-    let init: Vec<Var> = params.iter().copied().chain(std::iter::repeat_n(zero.vars[0], 3 + n_metrics)).collect();
+    // Carried over the updates: the state, then the three episode sums (per environment,
+    // added up once at the end rather than reduced at every step) and the metric sums.
+    let per_env = filled(&mut cx, Array::f32(vec![], vec![0.0]), vec![shape.envs]);
+    let sums_init = std::iter::repeat_n(per_env.vars[0], 3).chain(std::iter::repeat_n(zero.vars[0], n_metrics));
+    let init: Vec<Var> = params.iter().copied().chain(sums_init).collect();
 
     let b = cx.b.as_mut().expect("build mode");
     let k_index = b.fresh(ArrayTy::scalar(DType::I32));
@@ -193,7 +196,8 @@ fn train_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shap
     for (i, &v) in finals[state.len()..].iter().enumerate() {
         let v = leaf(&cx, v);
         let reduced = if i < 3 {
-            cx.call_builtin("psum", vec![Arg::Val(v)], span)
+            let total = cx.call_builtin("sum", vec![Arg::Val(v)], span);
+            cx.call_builtin("psum", vec![Arg::Val(total)], span)
         } else {
             let k = scalar(&mut cx, Array::f32(vec![], vec![shape.updates as f32]));
             let mean = bin(&mut cx, BinaryOp::Div, &v, &k);
@@ -210,7 +214,7 @@ struct Rollout {
     envs: Vec<Var>,
     /// Each environment's running return and length.
     episodes: [Var; 2],
-    /// The episode sums, updated.
+    /// The per-environment episode sums, updated.
     sums: Vec<Var>,
     /// The `Trajectory<T, B>`'s arrays.
     trajectory: Vec<Var>,
@@ -292,8 +296,7 @@ fn rollout(
     let done_f = cx.apply(Prim::Convert(Convert { to: DType::F32 }), &[&done]);
     let mut new_sums = vec![];
     for (s, x) in sums.iter().zip([ended_ret, ended_len, done_f]) {
-        let total = cx.call_builtin("sum", vec![Arg::Val(x)], span);
-        new_sums.push(bin(cx, BinaryOp::Add, s, &total).vars[0]);
+        new_sums.push(bin(cx, BinaryOp::Add, s, &x).vars[0]);
     }
     let ep_ret = select(cx, &done, &zeros_f, &ep_ret);
     let ep_len = select(cx, &done, &zeros_i, &ep_len);
