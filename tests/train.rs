@@ -165,6 +165,10 @@ fn a_resumed_run_equals_an_uninterrupted_one() {
     let bs = b.to_str().expect("utf-8");
     train_ok(&b, 0, 2, &[]);
     assert_eq!(metrics_of(&b).len(), 2);
+    // Resumed into another directory, which starts with the log so far.
+    let elsewhere = dir.path().join("elsewhere");
+    train_ok(&elsewhere, 0, 4, &["--resume", bs]);
+    assert_eq!(metrics_of(&elsewhere), metrics_of(baseline()));
     train_ok(&b, 0, 4, &["--resume", bs]);
     assert_eq!(metrics_of(&b), metrics_of(baseline()));
     let (a_arrays, a_meta) = checkpoint::load(baseline()).expect("the uninterrupted run's checkpoint");
