@@ -27,7 +27,7 @@ fn the_train_program_compiled_agrees_with_the_interpreter() {
         "the state's arrays, in order"
     );
     assert_eq!(p.state.iter().filter(|l| l.kind == LeafKind::PerDevice).count(), 1);
-    assert_eq!(p.metrics, ["return_sum", "length_sum", "episodes", "total"]);
+    assert_eq!(p.metrics, ["return_sum", "length_sum", "episodes", "total", "final_obs_mismatch", "bad_terminal"]);
 
     let exe = client().compile(&lower_module_donating(&p.train, 1, p.state.len()), 1).expect("compiles");
     let mut state = eval_func(&p.init, &[podracer::io::seed_key(7), Array::i32(vec![], vec![0])]);
@@ -50,6 +50,8 @@ fn the_train_program_compiled_agrees_with_the_interpreter() {
         // Count's episodes last at most 5 steps (time limit), so every call ends some.
         assert!(metric(2) > 0.0, "call {call}: no episode ended");
         assert!(metric(0) <= 5.0 * metric(2) && metric(1) <= 5.0 * metric(2), "call {call}");
+        // The trajectory's `final_obs` (see the agent's checks).
+        assert_eq!((metric(4), metric(5)), (0.0, 0.0), "call {call}");
         episodes += metric(2);
         state = host[..n].to_vec();
     }

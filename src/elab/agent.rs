@@ -13,8 +13,9 @@
 //!
 //! Inside an agent, `Trajectory<T, B>` is the built-in record of a rollout (time-major):
 //! `obs: OBS[T, B]`, `action: i32[T, B]`, `reward: f32[T, B]`, `terminated`,
-//! `truncated: bool[T, B]` and `last_obs: OBS[B]` (the observation after the last step,
-//! to bootstrap from).
+//! `truncated: bool[T, B]`, `final_obs: OBS[T, B]` (the observation each step ended in,
+//! before an auto-reset: what to bootstrap a truncated episode from) and
+//! `last_obs: OBS[B]` (the observation after the last step, to bootstrap from).
 
 use super::env::EnvInfo;
 use super::{Elab, TypeSubst, Val};
@@ -49,7 +50,8 @@ pub struct AgentFuncs {
     pub init: Func,
     /// `(L.., obs, key) -> action`.
     pub act: Func,
-    /// `(L.., obs[T, B], action, reward, terminated, truncated, last_obs[B], key) -> (L.., M..)`.
+    /// `(L.., obs[T, B], action, reward, terminated, truncated, final_obs[T, B], last_obs[B],
+    /// key) -> (L.., M..)`.
     pub update: Func,
 }
 
@@ -79,6 +81,7 @@ impl Elab<'_> {
             ("reward".to_string(), per_step(DType::F32)),
             ("terminated".to_string(), per_step(DType::Bool)),
             ("truncated".to_string(), per_step(DType::Bool)),
+            ("final_obs".to_string(), stacked(*dtype, &tb)),
             ("last_obs".to_string(), stacked(*dtype, &[b])),
         ];
         let def = Rc::new(StructDef {

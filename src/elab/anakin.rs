@@ -252,6 +252,7 @@ fn rollout(
         buffer(cx, DType::F32, &[n]),
         buffer(cx, DType::Bool, &[n]),
         buffer(cx, DType::Bool, &[n]),
+        buffer(cx, obs_ty.dtype, &obs_ty.shape),
     ];
     let init: Vec<Var> =
         envs.iter().copied().chain([key.vars[0]]).chain(episodes).chain(sums.iter().copied()).chain(buffers).collect();
@@ -279,7 +280,8 @@ fn rollout(
     step_args.extend(&step_keys.vars);
     // outs: state.., t, obs, reward, terminated, truncated, final obs
     let outs = cx.b.as_mut().expect("build mode").inline(&step, &step_args);
-    let (reward, terminated, truncated) = (outs[n_env + 2], outs[n_env + 3], outs[n_env + 4]);
+    let (reward, terminated, truncated, final_obs) =
+        (outs[n_env + 2], outs[n_env + 3], outs[n_env + 4], outs[n_env + 5]);
 
     // Episode bookkeeping: add the reward; at an episode's end, count it and start afresh.
     let (r, term, trunc) = (leaf(cx, reward), leaf(cx, terminated), leaf(cx, truncated));
@@ -303,7 +305,7 @@ fn rollout(
 
     // Record the step: the observation acted on, the action, and what came of it.
     let mut written = vec![];
-    for (&buf, &x) in buffers.iter().zip(&[obs, action, reward, terminated, truncated]) {
+    for (&buf, &x) in buffers.iter().zip(&[obs, action, reward, terminated, truncated, final_obs]) {
         written.push(write_row(cx, buf, x, t_index));
     }
     let mut yields = outs[..n_env + 2].to_vec();
