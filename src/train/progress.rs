@@ -6,7 +6,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use std::io::IsTerminal;
 use std::time::Instant;
 
-const TEMPLATE: &str = "{bar:40.cyan/blue} {human_pos}/{human_len} env steps  {msg}  [{elapsed_precise}, eta {eta}]";
+// `wide_bar` takes what the terminal has left, so that the line never wraps.
+const TEMPLATE: &str = "{wide_bar:.cyan/blue} {human_pos}/{human_len} env steps  {msg}  eta {eta}";
 
 pub struct Progress {
     bar: ProgressBar,
@@ -42,9 +43,12 @@ impl Progress {
         self.bar.set_message(format!("{}/s  {ret}", human(rate)));
     }
 
-    /// Leaves the final state of the bar on screen.
+    /// Leaves the final state of the bar on screen, and ends its line.
     pub fn finish(&self) {
         self.bar.finish();
+        if !self.bar.is_hidden() {
+            eprintln!();
+        }
     }
 }
 
