@@ -174,7 +174,8 @@ pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     }
     bar.finish();
     let records = metrics::read(&a.out)?;
-    plot::plot_curve(&a.out.join("curve.png"), &plot::curve_points(&records), &t.agent)?;
+    let title = format!("{} on {}", t.agent, t.env);
+    plot::plot_curve(&a.out.join("curve.png"), &plot::curve_points(&records), &title)?;
     if !a.quiet {
         let last_return = records.iter().rev().find_map(|r| r.get("episode_return").and_then(Value::as_f64));
         eprintln!(

@@ -49,6 +49,7 @@ pub struct Trainer<'c> {
     client: &'c Client,
     pub programs: AnakinPrograms,
     pub agent: String,
+    pub env: String,
     pub shape: RunShape,
     pub compile_s: f64,
     train: Executable,
@@ -110,7 +111,16 @@ impl<'c> Trainer<'c> {
         let train =
             client.compile(&lower_module_donating(&programs.train, d, donated), d).map_err(|e| e.to_string())?;
         let compile_s = start.elapsed().as_secs_f64();
-        Ok(Trainer { client, programs, agent: agent.info.name.clone(), shape, compile_s, train, state: vec![] })
+        Ok(Trainer {
+            client,
+            programs,
+            agent: agent.info.name.clone(),
+            env: env.info.name.clone(),
+            shape,
+            compile_s,
+            train,
+            state: vec![],
+        })
     }
 
     /// A fresh state from `seed`: the same learner on every device, each device's own
