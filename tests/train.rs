@@ -221,6 +221,15 @@ fn learners_stay_identical_across_two_devices() {
     assert_ne!(rng.to_bytes()[..part], rng.to_bytes()[part..], "the devices share a key");
     let ball = &snap.iter().find(|(n, _)| n.ends_with("ball_x")).expect("the env's `ball_x`").1;
     assert_eq!(ball.shape, [4], "the devices' environments, joined");
+
+    // A snapshot goes back as it came out; an array of another shape is refused by name.
+    t.restore(&snap).expect("restore");
+    assert_eq!(t.snapshot().expect("snapshot"), snap);
+    let mut wrong = snap.clone();
+    let ball = wrong.iter_mut().find(|(n, _)| n.ends_with("ball_x")).expect("the env's `ball_x`");
+    ball.1 = podracer::array::Array::i32(vec![3], vec![0; 3]);
+    let e = t.restore(&wrong).expect_err("a 3-env array for 4 envs");
+    assert!(e.contains("ball_x") && e.contains("[3]") && e.contains("[4]"), "{e}");
 }
 
 /// Kills the child on drop, so that a failing test leaves no trainer running.

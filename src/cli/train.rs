@@ -109,32 +109,18 @@ pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
                     return Err(Failure::Message(msg));
                 }
             }
-            Some((arrays, meta))
+            Some((dir, arrays, meta))
         }
         None => None,
     };
     let client = Runtime::open(plugin, Some(shape.devices))?;
     let mut t = trainer(&client, &prog, &agent, shape)?;
     let (mut calls, mut log) = match resumed {
-        Some((arrays, meta)) => {
+        Some((from, arrays, meta)) => {
             t.restore(&arrays)?;
             let calls = meta["calls"].as_u64().ok_or("the checkpoint has no call count")?;
-            let done = calls * shape.steps_per_call();
-            let from = a.resume.as_deref().expect("resuming");
-            let log = if same_dir(from, &a.out) {
-                metrics::MetricsLog::open_resume(&a.out, done)?
-            } else {
-                // Resumed into another directory: it starts with the run's log so far.
-                let mut log = metrics::MetricsLog::create(&a.out)?;
-                let earlier = metrics::read(from).unwrap_or_default();
-                for r in
-                    earlier.iter().filter(|r| r.get("env_steps").and_then(Value::as_u64).is_some_and(|s| s <= done))
-                {
-                    log.append(r)?;
-                }
-                log
-            };
-            (calls, log)
+            // Resumed into another directory, the log starts with the run's log so far.
+            (calls, metrics::MetricsLog::open_resume(from, &a.out, calls * shape.steps_per_call())?)
         }
         None => {
             t.init(a.seed)?;
@@ -186,14 +172,6 @@ pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         );
     }
     Ok(())
-}
-
-/// Whether two paths name one directory (either may not exist yet).
-fn same_dir(a: &Path, b: &Path) -> bool {
-    match (a.canonicalize(), b.canonicalize()) {
-        (Ok(x), Ok(y)) => x == y,
-        _ => a == b,
-    }
 }
 
 fn save(t: &Trainer, dir: &Path, cfg: &Value, calls: u64, env_steps: u64) -> Result<(), Failure> {

@@ -199,9 +199,7 @@ impl Elab<'_> {
         let metrics = metrics.filter(|_| ok)?;
         Some(AgentInfo { name: a.name.name.clone(), env, learner, metrics })
     }
-}
 
-impl Elab<'_> {
     /// `update`'s parameter and result types, its size parameters symbolic.
     fn update_signature(&mut self, update: &ast::Fn) -> (Vec<Ty>, Ty) {
         let sizes: Subst = update
@@ -230,11 +228,7 @@ fn is_metrics(t: &Ty) -> bool {
 /// Checks the agent named `name` in the root module and builds its functions for `envs`
 /// environments per device and rollouts of `steps` steps.
 pub fn build_agent(prog: &Program, name: &str, envs: usize, steps: usize) -> Result<AgentFuncs, Box<Diag>> {
-    let found = prog.modules.first().and_then(|m| m.scope.get(name)).copied();
-    let Some((r, a)) = found.and_then(|r| match prog.item(r) {
-        ast::Item::Agent(a) => Some((r, a)),
-        _ => None,
-    }) else {
+    let Some((r, a)) = root_agent(prog, name) else {
         return Err(Box::new(no_agent(prog, name)));
     };
     let fun = |n: &str| a.fns.iter().find(|f| f.name.name == n).expect("checked: the agent has its functions");
@@ -262,8 +256,7 @@ pub fn build_agent(prog: &Program, name: &str, envs: usize, steps: usize) -> Res
 
 /// The rollout length that the agent's `update` fixes (`Trajectory<128, B>`), if it does.
 pub fn fixed_rollout(prog: &Program, name: &str) -> Option<usize> {
-    let r = prog.modules.first()?.scope.get(name).copied()?;
-    let ast::Item::Agent(a) = prog.item(r) else { return None };
+    let (r, a) = root_agent(prog, name)?;
     let mut cx = Elab::new(prog, None);
     cx.module = r.module;
     let info = cx.check_agent(a)?;
@@ -274,6 +267,15 @@ pub fn fixed_rollout(prog: &Program, name: &str) -> Option<usize> {
             Some(Dim::Known(n)) => Some(*n as usize),
             _ => None,
         },
+        _ => None,
+    }
+}
+
+/// The agent `name` of the root module.
+fn root_agent<'p>(prog: &'p Program, name: &str) -> Option<(ItemRef, &'p ast::Agent)> {
+    let r = prog.modules.first()?.scope.get(name).copied()?;
+    match prog.item(r) {
+        ast::Item::Agent(a) => Some((r, a)),
         _ => None,
     }
 }

@@ -19,7 +19,7 @@ use super::{Elab, Val};
 use crate::array::{Array, ArrayTy, DType};
 use crate::ir::build::Builder;
 use crate::ir::{Func, Var};
-use crate::prims::{Binary, BinaryOp, Broadcast, Convert, DynamicUpdateSlice, Prim, Reshape, Select};
+use crate::prims::{Binary, BinaryOp, Convert, DynamicUpdateSlice, Prim, Reshape, Select};
 use crate::resolve::Program;
 use crate::syntax::span::Span;
 use crate::transform::vmap::vmap;
@@ -111,10 +111,11 @@ fn scalar(cx: &mut Elab, a: Array) -> Val {
     cx.known_val(a, ty, false)
 }
 
-/// `x` (a scalar) broadcast to `shape`, without writing out a large constant.
+/// `full(shape, x)`.
 fn filled(cx: &mut Elab, x: Array, shape: Vec<usize>) -> Val {
     let s = scalar(cx, x);
-    cx.apply(Prim::Broadcast(Broadcast { shape, dims: vec![] }), &[&s])
+    let shape = shape.into_iter().map(|d| d as u64).collect();
+    cx.call_builtin("full", vec![Arg::Shape(shape), Arg::Val(s)], Span::default())
 }
 
 fn leaf(cx: &Elab, v: Var) -> Val {

@@ -7,9 +7,9 @@
 //! state's buffers are donated to the next call, so it never leaves the devices except
 //! for a checkpoint.
 
-use crate::array::{Array, Data};
+use crate::array::{Array, ArrayTy, Data};
 use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
-use crate::elab::anakin::{AnakinPrograms, LeafKind, Shape, anakin_programs};
+use crate::elab::anakin::{AnakinPrograms, Leaf, LeafKind, Shape, anakin_programs};
 use crate::elab::env::{EnvFuncs, build_env};
 use crate::lower::stablehlo::lower_module_donating;
 use crate::resolve::Program;
@@ -194,7 +194,7 @@ impl<'c> Trainer<'c> {
                 }
                 parts[0].clone()
             } else {
-                join(&parts, leaf.kind == LeafKind::PerDevice)
+                join(&parts, leaf)
             };
             out.push((leaf.name.clone(), value));
         }
@@ -210,19 +210,15 @@ impl<'c> Trainer<'c> {
                 .iter()
                 .find(|(n, _)| *n == leaf.name)
                 .ok_or_else(|| format!("the checkpoint has no array `{}`", leaf.name))?;
+            let want = saved_ty(leaf, d);
+            if a.ty() != want {
+                return Err(format!("`{}` in the checkpoint is {:?}, the program expects {want:?}", leaf.name, a.ty()));
+            }
             let parts = match leaf.kind {
                 LeafKind::Shared => vec![a.clone(); d],
-                kind => split(a, d, kind == LeafKind::PerDevice),
+                LeafKind::PerEnv | LeafKind::PerDevice => split(a, &leaf.ty, d),
             };
             for (dev, p) in parts.iter().enumerate() {
-                if p.ty() != leaf.ty {
-                    return Err(format!(
-                        "`{}` in the checkpoint is {:?}, the program expects {:?}",
-                        leaf.name,
-                        p.ty(),
-                        leaf.ty
-                    ));
-                }
                 state[dev].push(self.client.upload(p, dev).map_err(|e| e.to_string())?);
             }
         }
@@ -231,35 +227,30 @@ impl<'c> Trainer<'c> {
     }
 }
 
-/// Joins the devices' parts of an array: along the first axis, or stacked when `stack`.
-fn join(parts: &[&Array], stack: bool) -> Array {
-    let mut shape = parts[0].shape.clone();
-    if stack {
-        shape.insert(0, parts.len());
-    } else {
-        shape[0] *= parts.len();
+/// A state array's type in a checkpoint: the devices' parts joined along the first axis
+/// (environments) or stacked (PRNG keys); the learner once.
+fn saved_ty(leaf: &Leaf, devices: usize) -> ArrayTy {
+    let mut shape = leaf.ty.shape.clone();
+    match leaf.kind {
+        LeafKind::Shared => {}
+        LeafKind::PerEnv => shape[0] *= devices,
+        LeafKind::PerDevice => shape.insert(0, devices),
     }
-    let bytes: Vec<u8> = parts.iter().flat_map(|p| p.to_bytes()).collect();
-    Array::from_bytes(&crate::array::ArrayTy::new(parts[0].dtype(), shape), &bytes).expect("sizes add up")
+    ArrayTy::new(leaf.ty.dtype, shape)
 }
 
-/// The inverse of [`join`]; a wrongly sized array gives parts the caller rejects.
-fn split(a: &Array, n: usize, stacked: bool) -> Vec<Array> {
-    let mut shape = a.shape.clone();
-    if stacked {
-        if shape.first() != Some(&n) {
-            return vec![a.clone(); n];
-        }
-        shape.remove(0);
-    } else if shape.first().is_some_and(|s| s % n == 0) {
-        shape[0] /= n;
-    } else {
-        return vec![a.clone(); n];
-    }
+/// Joins the devices' parts of an array into its [`saved_ty`].
+fn join(parts: &[&Array], leaf: &Leaf) -> Array {
+    let bytes: Vec<u8> = parts.iter().flat_map(|p| p.to_bytes()).collect();
+    Array::from_bytes(&saved_ty(leaf, parts.len()), &bytes).expect("each part has the leaf's type")
+}
+
+/// The inverse of [`join`], for an array already checked to have the saved type: the
+/// devices' parts, each of type `part`.
+fn split(a: &Array, part: &ArrayTy, devices: usize) -> Vec<Array> {
     let bytes = a.to_bytes();
-    let chunk = bytes.len() / n;
-    let ty = crate::array::ArrayTy::new(a.dtype(), shape);
-    bytes.chunks(chunk).map(|c| Array::from_bytes(&ty, c).expect("equal parts")).collect()
+    let n = bytes.len() / devices;
+    (0..devices).map(|i| Array::from_bytes(part, &bytes[i * n..(i + 1) * n]).expect("checked size")).collect()
 }
 
 /// A report as a `metrics.jsonl` record.

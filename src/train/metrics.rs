@@ -26,12 +26,13 @@ impl MetricsLog {
         Ok(MetricsLog { file: File::create(dir.join(FILE))? })
     }
 
-    /// Continues the log of a run resumed from a checkpoint taken at `keep_until_env_steps`.
+    /// Continues, in `dir`, the log in `from` (the same directory, or the one a run is
+    /// resumed from) of a run resumed from a checkpoint taken at `keep_until_env_steps`.
     /// The run may have reported past that checkpoint before it stopped; those records are
     /// dropped, since the resumed run will report those steps again. The file is rewritten
     /// atomically, so a crash here loses nothing.
-    pub fn open_resume(dir: &Path, keep_until_env_steps: u64) -> io::Result<MetricsLog> {
-        let records = match read(dir) {
+    pub fn open_resume(from: &Path, dir: &Path, keep_until_env_steps: u64) -> io::Result<MetricsLog> {
+        let records = match read(from) {
             Ok(records) => records,
             Err(e) if e.kind() == io::ErrorKind::NotFound => vec![],
             Err(e) => return Err(e),
@@ -40,7 +41,7 @@ impl MetricsLog {
         for (i, r) in records.iter().enumerate() {
             let steps = r.get("env_steps").and_then(Value::as_u64).ok_or_else(|| {
                 let msg = format!("record {} has no integer `env_steps`", i + 1);
-                invalid(&dir.join(FILE), msg)
+                invalid(&from.join(FILE), msg)
             })?;
             if steps <= keep_until_env_steps {
                 text.push_str(&line(r)?);
@@ -120,7 +121,7 @@ mod tests {
             log.append(&rec(json!({"env_steps": s}))).unwrap();
         }
         drop(log);
-        let mut log = MetricsLog::open_resume(dir.path(), 250).unwrap();
+        let mut log = MetricsLog::open_resume(dir.path(), dir.path(), 250).unwrap();
         log.append(&rec(json!({"env_steps": 300, "resumed": true}))).unwrap();
         let back = read(dir.path()).unwrap();
         assert_eq!(
@@ -138,7 +139,7 @@ mod tests {
     fn resume_without_a_log_starts_one() {
         let dir = tempfile::tempdir().unwrap();
         let sub = dir.path().join("run");
-        let mut log = MetricsLog::open_resume(&sub, 0).unwrap();
+        let mut log = MetricsLog::open_resume(&sub, &sub, 0).unwrap();
         log.append(&rec(json!({"env_steps": 0}))).unwrap();
         assert_eq!(read(&sub).unwrap().len(), 1);
     }
@@ -148,7 +149,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join(FILE), "{\"env_steps\": 1}\n{\"env_steps\": 2, \"lo").unwrap();
         assert_eq!(read(dir.path()).unwrap(), vec![rec(json!({"env_steps": 1}))]);
-        let mut log = MetricsLog::open_resume(dir.path(), 10).unwrap();
+        let mut log = MetricsLog::open_resume(dir.path(), dir.path(), 10).unwrap();
         log.append(&rec(json!({"env_steps": 2}))).unwrap();
         assert_eq!(read(dir.path()).unwrap().len(), 2);
     }
@@ -164,7 +165,7 @@ mod tests {
         fs::write(&path, "{\"env_steps\": 1}\n[1, 2]\n").unwrap();
         assert!(read(dir.path()).unwrap_err().to_string().contains("line 2: not a JSON object"));
         fs::write(&path, "{\"env_steps\": 1}\n{\"env_steps\": -3}\n").unwrap();
-        let e = MetricsLog::open_resume(dir.path(), 10).err().unwrap();
+        let e = MetricsLog::open_resume(dir.path(), dir.path(), 10).err().unwrap();
         assert!(e.to_string().contains("record 2 has no integer `env_steps`"), "{e}");
         // A failed resume leaves the log as it was.
         assert_eq!(read(dir.path()).unwrap().len(), 2);
