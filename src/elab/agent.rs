@@ -26,7 +26,7 @@ use crate::ir::build::Builder;
 use crate::resolve::{ItemRef, Program};
 use crate::syntax::ast;
 use crate::types::error::TypeError;
-use crate::types::{Dim, StructDef, Subst, Ty};
+use crate::types::{Dim, Origin, StructDef, Subst, Ty};
 use std::collections::HashMap;
 use std::rc::Rc;
 
@@ -65,11 +65,7 @@ fn signature(name: &str, learner: &str, obs: &str) -> String {
 
 impl Elab<'_> {
     /// The built-in `Trajectory<T, B>` for observations of type `obs`.
-    pub(super) fn trajectory_def(&mut self, obs: &Ty) -> Rc<StructDef> {
-        let name = format!("{TRAJECTORY}<{obs}>");
-        if let Some(d) = self.steps.get(&name) {
-            return d.clone();
-        }
+    pub(super) fn trajectory_def(&self, obs: &Ty) -> Rc<StructDef> {
         let (t, b) = (Dim::Param(Rc::from("T")), Dim::Param(Rc::from("B")));
         let Ty::Array(dtype, dims) = obs else { unreachable!("checked: observations are arrays") };
         let stacked = |d: DType, lead: &[Dim]| Ty::Array(d, lead.iter().cloned().chain(dims.iter().cloned()).collect());
@@ -84,14 +80,12 @@ impl Elab<'_> {
             ("final_obs".to_string(), stacked(*dtype, &tb)),
             ("last_obs".to_string(), stacked(*dtype, &[b])),
         ];
-        let def = Rc::new(StructDef {
+        Rc::new(StructDef {
             name: TRAJECTORY.into(),
             generics: vec!["T".into(), "B".into()],
             fields,
-            instance: None,
-        });
-        self.steps.insert(name, def.clone());
-        def
+            origin: Origin::Builtin(TRAJECTORY, obs.clone()),
+        })
     }
 
     /// Checks an `agent`: its environment, and that its three functions exist with the
@@ -190,7 +184,7 @@ impl Elab<'_> {
             Ty::Tuple(ts) if ts.len() == 2 && ts[0] == learner && is_metrics(&ts[1]) => Some(ts[1].clone()),
             _ => None,
         };
-        let traj_ok = matches!(p.get(1), Some(Ty::Struct(d, _)) if Rc::ptr_eq(d, &traj_def));
+        let traj_ok = matches!(p.get(1), Some(Ty::Struct(d, _)) if *d == traj_def);
         if p.len() != 3 || p[0] != learner || !traj_ok || p[2] != key || metrics.is_none() {
             let label = "expected the learner state, a `Trajectory<T, B>` and a key, giving the new state and a struct of `f32` metrics";
             wrong(self, update, update.ret.span, label.into());
@@ -293,10 +287,7 @@ fn derive(prog: &Program, r: ItemRef, obs: &Ty, f: &ast::Fn, sizes: Subst) -> Re
     let args: Vec<Val> = tys.into_iter().map(|t| cx.param(t)).collect();
     let vars = args.iter().flat_map(|v| v.vars.clone()).collect();
     let v = cx.inline(f, r.module, sizes, TypeSubst::new(), args, &ret);
-    if let Some(d) = cx.diags.into_iter().next() {
-        return Err(Box::new(d));
-    }
-    Ok(cx.b.take().expect("build mode").finish(&f.name.name, vars, v.vars))
+    cx.finish(&f.name.name, vars, v.vars)
 }
 
 /// The root module's agents, in order (`podc train` picks the only one by default).

@@ -144,7 +144,7 @@ fn init_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape
     let len = cx.convert(ret.clone(), DType::I32, span);
     let results = [learner, envs, k_run.vars, ret.vars, len.vars].concat();
     let params = [seed.vars, device.vars].concat();
-    cx.b.take().expect("build mode").finish("anakin_init", params, results)
+    cx.finish_internal("anakin_init", params, results)
 }
 
 fn train_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape, state: &[Leaf]) -> Func {
@@ -206,7 +206,7 @@ fn train_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shap
         };
         results.extend(reduced.vars);
     }
-    cx.b.take().expect("build mode").finish("anakin_train", params, results)
+    cx.finish_internal("anakin_train", params, results)
 }
 
 /// What one rollout leaves behind.

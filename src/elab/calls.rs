@@ -243,7 +243,7 @@ pub(super) fn unify_dims(
         (Ty::Tuple(a), Ty::Tuple(b)) => {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| unify_dims(x, y, false, sizes, conflict))
         }
-        (Ty::Struct(a, xs), Ty::Struct(b, ys)) => Rc::ptr_eq(a, b) && dims(xs, ys, sizes, conflict),
+        (Ty::Struct(a, xs), Ty::Struct(b, ys)) => a == b && dims(xs, ys, sizes, conflict),
         _ => false,
     }
 }

@@ -279,9 +279,9 @@ pub fn build_env(prog: &Program, name: &str) -> Result<EnvFuncs, Box<Diag>> {
         cx.module = r.module;
         cx.check_env(e).ok_or_else(|| Box::new(cx.diags.first().cloned().unwrap_or_else(|| no_env(prog, name))))?
     };
-    let reset = derive(prog, r, e, &info, Derived::Reset);
-    let step = derive(prog, r, e, &info, Derived::Step);
-    let raw_step = derive(prog, r, e, &info, Derived::RawStep);
+    let reset = derive(prog, r, e, &info, Derived::Reset)?;
+    let step = derive(prog, r, e, &info, Derived::Step)?;
+    let raw_step = derive(prog, r, e, &info, Derived::RawStep)?;
     Ok(EnvFuncs { info, reset, step, raw_step })
 }
 
@@ -300,7 +300,7 @@ enum Derived {
     RawStep,
 }
 
-fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Derived) -> Func {
+fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Derived) -> Result<Func, Box<Diag>> {
     let mut cx = Elab::new(prog, Some(Builder::new()));
     cx.module = r.module;
     cx.scopes.push(HashMap::new());
@@ -368,8 +368,7 @@ fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Deriv
         Derived::Step => format!("{}_step", info.name),
         Derived::RawStep => format!("{}_raw_step", info.name),
     };
-    let b = cx.b.take().expect("build mode");
-    b.finish(&name, params, results)
+    cx.finish(&name, params, results)
 }
 
 /// The program `podc bench env` times: `steps` steps of `envs` auto-resetting
@@ -433,8 +432,7 @@ pub fn bench_program(prog: &Program, env: &EnvFuncs, envs: usize, steps: usize) 
     let b = cx.b.as_mut().expect("build mode");
     let finals = b.end_loop(0, steps as i64, &init_vars, params, yields);
     let results = finals[finals.len() - 2..].to_vec();
-    let b = cx.b.take().expect("build mode");
-    b.finish(&format!("{}_bench", env.info.name), key.vars, results)
+    cx.finish_internal(&format!("{}_bench", env.info.name), key.vars, results)
 }
 
 /// `split(k)` as a pair of keys.
@@ -453,5 +451,5 @@ pub fn fold_in_program(prog: &Program) -> Func {
     let t = cx.param(Ty::scalar(DType::I32));
     let k = cx.call_builtin("fold_in", vec![Arg::Val(key.clone()), Arg::Val(t.clone())], Span::default());
     let params = key.vars.into_iter().chain(t.vars).collect();
-    cx.b.take().expect("build mode").finish("fold_in", params, k.vars)
+    cx.finish_internal("fold_in", params, k.vars)
 }

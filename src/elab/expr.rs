@@ -15,9 +15,12 @@ impl Elab<'_> {
     }
 
     pub(crate) fn coerce(&mut self, v: Val, expected: &Ty, span: Span, because: Option<(Span, String)>) -> Val {
-        // A value that meets an expected type takes it on, and is no longer weak.
+        // A value that meets an expected type takes it on, and is no longer weak. An
+        // erroneous one takes it on only while checking (one mistake, one diagnostic):
+        // when building, it has no arrays to stand for the type's.
         if v.ty == *expected {
-            return Val { ty: if v.ty.is_error() { expected.clone() } else { v.ty }, weak: false, ..v };
+            let take = v.ty.is_error() && !self.building();
+            return Val { ty: if take { expected.clone() } else { v.ty }, weak: false, ..v };
         }
         if let (true, Ty::Array(want, wd), Ty::Array(have, hd)) = (v.weak, expected, &v.ty)
             && wd == hd

@@ -65,8 +65,8 @@ impl Elab<'_> {
             false => s.name.name.clone(),
             true => format!("{}<{}>", s.name.name, crate::types::join(type_args)),
         };
-        let instance = generic.then(|| (r, type_args.to_vec()));
-        let def = Rc::new(StructDef { name, generics: size_params, fields, instance });
+        let origin = Origin::Item(r, type_args.to_vec());
+        let def = Rc::new(StructDef { name, generics: size_params, fields, origin });
         match generic {
             false => drop(self.structs.insert(r, def.clone())),
             true => self.instances.push((r, type_args.to_vec(), def.clone())),
@@ -131,7 +131,7 @@ impl Elab<'_> {
                 }
             }
             (ast::TypeKind::Named { name, args }, Ty::Struct(def, _)) => {
-                let Some((r, type_args)) = &def.instance else { return };
+                let Origin::Item(r, type_args) = &def.origin else { return };
                 if self.struct_ref(&name.name) != Some(*r) {
                     return;
                 }
@@ -149,22 +149,17 @@ impl Elab<'_> {
         }
     }
 
-    /// The built-in record `Step<S>` that an environment's `step` returns: one definition
-    /// per state type, so that equal types share it.
-    pub(super) fn step_def(&mut self, state: Ty) -> Rc<StructDef> {
+    /// The built-in record `Step<S>` that an environment's `step` returns.
+    pub(super) fn step_def(&self, state: Ty) -> Rc<StructDef> {
         let name = format!("{STEP}<{state}>");
-        if let Some(d) = self.steps.get(&name) {
-            return d.clone();
-        }
         let fields = vec![
-            ("state".to_string(), state),
+            ("state".to_string(), state.clone()),
             ("reward".to_string(), Ty::scalar(DType::F32)),
             ("terminated".to_string(), Ty::scalar(DType::Bool)),
             ("truncated".to_string(), Ty::scalar(DType::Bool)),
         ];
-        let def = Rc::new(StructDef { name: name.clone(), generics: vec![], fields, instance: None });
-        self.steps.insert(name, def.clone());
-        def
+        let origin = Origin::Builtin(STEP, state);
+        Rc::new(StructDef { name, generics: vec![], fields, origin })
     }
 
     /// A const's value, evaluated once; consts must be compile-time scalars.

@@ -36,7 +36,7 @@ use crate::resolve::{ItemRef, Program};
 use crate::syntax::ast::{self, ExprKind};
 use crate::syntax::span::Span;
 use crate::types::error::TypeError;
-use crate::types::{Dim, StructDef, Subst, Ty};
+use crate::types::{Dim, Origin, StructDef, Subst, Ty};
 
 /// A binding of type parameters.
 pub(crate) type TypeSubst = HashMap<Rc<str>, Ty>;
@@ -144,11 +144,7 @@ pub fn build(prog: &Program, entry: &str) -> Result<(Func, Vec<Ty>, Ty), Box<Dia
     }
     let ret = cx.resolve_ty(&f.ret);
     let v = cx.expr_expect(&f.body_expr(), &ret);
-    if let Some(d) = cx.diags.into_iter().next() {
-        return Err(Box::new(d));
-    }
-    let b = cx.b.take().expect("build mode");
-    Ok((b.finish(entry, params, v.vars), param_tys, ret))
+    Ok((cx.finish(entry, params, v.vars)?, param_tys, ret))
 }
 
 impl ast::Fn {
@@ -175,8 +171,6 @@ pub(crate) struct Elab<'p> {
     kinds: HashMap<ItemRef, Vec<bool>>,
     /// The observation type inside an agent, where `Trajectory<T, B>` is defined.
     trajectory: Option<Ty>,
-    /// Instances of the built-in `Step<S>` and `Trajectory<T, B>`, by name.
-    steps: HashMap<String, Rc<StructDef>>,
     consts: HashMap<ItemRef, Val>,
     /// Functions being inlined (build mode), to stop at recursion.
     stack: Vec<ItemRef>,
@@ -200,7 +194,6 @@ impl<'p> Elab<'p> {
             structs: HashMap::new(),
             instances: vec![],
             kinds: HashMap::new(),
-            steps: HashMap::new(),
             consts: HashMap::new(),
             stack: vec![],
             current: None,
@@ -232,6 +225,23 @@ impl<'p> Elab<'p> {
                 self.err(TypeError::Recursive { name: f.name.name.clone(), span });
             }
         }
+    }
+
+    /// The function built, or the first error met while building it. A program that
+    /// checked cleanly can still fail here (a derivative through `argmax`), and no error
+    /// may be dropped: the values after it are incomplete.
+    pub(crate) fn finish(mut self, name: &str, params: Vec<Var>, results: Vec<Var>) -> Result<Func, Box<Diag>> {
+        if let Some(d) = self.diags.into_iter().next() {
+            return Err(Box::new(d));
+        }
+        Ok(self.b.take().expect("build mode").finish(name, params, results))
+    }
+
+    /// [`Elab::finish`] for the programs the drivers put together from built functions
+    /// and builtins, where an error is the compiler's own.
+    pub(crate) fn finish_internal(self, name: &str, params: Vec<Var>, results: Vec<Var>) -> Func {
+        self.finish(name, params, results)
+            .unwrap_or_else(|d| panic!("internal compiler error: building `{name}`: {}", d.message))
     }
 
     pub(crate) fn err(&mut self, e: TypeError) -> Val {

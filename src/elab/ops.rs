@@ -31,8 +31,11 @@ impl Elab<'_> {
             let ty = array_ty(&out.ty());
             return self.known_val(out, ty, false);
         }
+        // After an error (reported, and returned by `finish`), building goes on without arrays.
+        let Some(vars) = args.iter().map(|v| v.vars.first().copied()).collect::<Option<Vec<Var>>>() else {
+            return Val::error();
+        };
         let b = self.b.as_mut().expect("apply on unknown values happens in build mode");
-        let vars: Vec<Var> = args.iter().map(|v| v.vars[0]).collect();
         let out = b.prim1(prim, &vars);
         let ty = array_ty(b.ty(out));
         Val::of(ty, vec![out])

@@ -51,13 +51,32 @@ impl fmt::Display for Dim {
 /// `Dim::Param`. A struct with type parameters (`struct Adam<P> { mu: P, .. }`) has one
 /// definition per list of type arguments, each named after it (`Adam<Params>`); its
 /// `generics` are then its size parameters only.
-#[derive(Debug, PartialEq)]
+///
+/// Two definitions are the same type when they come from the same place ([`Origin`]), not
+/// when they are the same allocation: every elaborator resolves declarations afresh, and
+/// a type resolved by one (an env's state, found while checking) must equal the same type
+/// resolved by another (the one that builds the env's derived functions).
+#[derive(Debug)]
 pub struct StructDef {
     pub name: String,
     pub generics: Vec<Rc<str>>,
     pub fields: Vec<(String, Ty)>,
-    /// For an instance of a struct with type parameters: the struct and its type arguments.
-    pub instance: Option<(crate::resolve::ItemRef, Vec<Ty>)>,
+    pub origin: Origin,
+}
+
+/// Where a struct definition comes from, which is what makes two of them the same type.
+#[derive(Debug, PartialEq)]
+pub enum Origin {
+    /// A declared struct, with its type arguments (none unless it has type parameters).
+    Item(crate::resolve::ItemRef, Vec<Ty>),
+    /// A built-in record (`Step<S>`, `Trajectory<T, B>`) and the type it is made for.
+    Builtin(&'static str, Ty),
+}
+
+impl PartialEq for StructDef {
+    fn eq(&self, other: &StructDef) -> bool {
+        self.origin == other.origin
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -75,7 +94,7 @@ impl PartialEq for Ty {
         match (self, other) {
             (Ty::Array(d1, s1), Ty::Array(d2, s2)) => d1 == d2 && s1 == s2,
             (Ty::Tuple(a), Ty::Tuple(b)) => a == b,
-            (Ty::Struct(a, x), Ty::Struct(b, y)) => Rc::ptr_eq(a, b) && x == y,
+            (Ty::Struct(a, x), Ty::Struct(b, y)) => a == b && x == y,
             (Ty::Error, _) | (_, Ty::Error) => true,
             _ => false,
         }
