@@ -20,6 +20,7 @@ pub mod cli;
 pub mod diag;
 pub mod driver;
 pub mod elab;
+pub mod host;
 pub mod io;
 pub mod ir;
 pub mod lower;

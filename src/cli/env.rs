@@ -177,3 +177,20 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     }
     Ok(())
 }
+
+/// `podc env describe URI`: the `extern env` block of a host env, from the spaces its
+/// worker reports (or, for `pod:`, from the compiled env).
+pub fn describe(
+    uri: &str,
+    python: Option<std::path::PathBuf>,
+    env_import: Vec<String>,
+    plugin: Option<&Path>,
+) -> Result<(), Failure> {
+    let mut opts = crate::host::Options::new(1);
+    opts.python = python;
+    opts.env_import = env_import;
+    opts.plugin = plugin.map(Path::to_path_buf);
+    let spec = crate::host::describe_uri(uri, &opts)?;
+    print!("{}", crate::host::describe::extern_block(uri, &spec));
+    Ok(())
+}

@@ -90,6 +90,9 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Host environments (Gymnasium, EnvPool, `.pod` stepped on the host).
+    #[command(subcommand)]
+    Env(EnvCmd),
     /// Measure throughput.
     #[command(subcommand)]
     Bench(Bench),
@@ -138,6 +141,31 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand)]
+enum EnvCmd {
+    /// Print the `extern env` block that declares a host env's spaces, ready to paste
+    /// into a `.pod` file.
+    Describe {
+        /// `gymnasium:ID[?key=value&...]`, `envpool:ID[?...]` or `pod:FILE.pod[?env=NAME]`.
+        uri: String,
+        #[command(flatten)]
+        host: HostArgs,
+    },
+}
+
+/// How host envs run.
+#[derive(clap::Args)]
+struct HostArgs {
+    /// The Python for env workers (else `PODC_PYTHON`, else `$VIRTUAL_ENV`, else a venv
+    /// with pinned packages that podc makes in its cache on first use).
+    #[arg(long, value_name = "PATH")]
+    python: Option<PathBuf>,
+    /// A module the workers import before making their envs (e.g. one that registers
+    /// Gymnasium envs): a dotted name (found from the working directory) or a `.py` file.
+    #[arg(long = "env-import", value_name = "MODULE")]
+    env_import: Vec<String>,
 }
 
 /// The sizes of an Anakin run.
@@ -240,6 +268,9 @@ pub fn main(cli: Cli) -> ExitCode {
             train::BenchTrainArgs { file, agent: shape.agent.clone(), sizes: shape.sizes(), runs: runs as usize, json },
             cli.plugin.as_deref(),
         ),
+        Command::Env(EnvCmd::Describe { uri, host }) => {
+            env::describe(&uri, host.python, host.env_import, cli.plugin.as_deref())
+        }
         Command::Devices { cpu_devices } => devices(cli.plugin.as_deref(), cpu_devices),
     };
     match result {

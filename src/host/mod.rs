@@ -1,0 +1,274 @@
+//! Host environments: batches of environments stepped on the CPU, outside the device
+//! program, for Sebulba.
+//!
+//! Every backend implements [`HostEnv`]: a fixed batch of environments with **same-step
+//! auto-reset**, writing each step into buffers the caller owns ([`StepOut`]), in exactly
+//! the layout of Anakin's trajectory: when an episode ends, `final_obs` holds its last
+//! observation and the `obs` row is already the next episode's first; `terminated` (the
+//! task ended) and `truncated` (a time limit, or an interrupted step) stay distinct.
+//!
+//! Backends, chosen by a URI ([`EnvUri`]):
+//! - `gymnasium:ID?k=v&...` and `envpool:ID?...`: Python envs in worker processes
+//!   ([`pool::WorkerPool`]), data in shared memory, one byte on a socket per step;
+//! - `pod:FILE.pod`: a `.pod` env compiled and stepped through PJRT ([`pod::PodEnv`]).
+//!
+//! [`open`] builds the backend for a URI; `docs/sebulba.md` describes the protocol and
+//! the fault model.
+
+pub mod describe;
+pub mod pod;
+pub mod pool;
+pub mod python;
+mod shm;
+pub mod uri;
+pub mod worker;
+
+pub use uri::{Backend, EnvUri, KwValue};
+
+use crate::array::{Array, ArrayTy};
+use crate::runtime::Client;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What a host env is: the spaces an agent is checked against.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvSpec {
+    /// A name for messages and `extern env` blocks, e.g. `CartPoleV1`.
+    pub name: String,
+    /// One environment's observation.
+    pub obs: ArrayTy,
+    /// `discrete(n_actions)`: actions are `0..n_actions`.
+    pub n_actions: u64,
+    /// Steps after which an episode is truncated, if the env has a limit.
+    pub time_limit: Option<u64>,
+}
+
+impl EnvSpec {
+    /// Bytes of one environment's observation.
+    pub fn obs_bytes(&self) -> usize {
+        self.obs.numel() * self.obs.dtype.size()
+    }
+}
+
+impl fmt::Display for EnvSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "observation: {}, action: discrete({})", describe::type_text(&self.obs), self.n_actions)?;
+        match self.time_limit {
+            Some(n) => write!(f, ", time_limit: {n}"),
+            None => write!(f, ", no time limit"),
+        }
+    }
+}
+
+/// One batch step's results, in buffers the caller owns and reuses.
+///
+/// Observations are raw little-endian bytes of the spec's dtype (as the device stores
+/// them), `num_envs` rows of [`EnvSpec::obs_bytes`] each.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepOut {
+    pub obs: Vec<u8>,
+    pub reward: Vec<f32>,
+    pub terminated: Vec<bool>,
+    pub truncated: Vec<bool>,
+    /// The observation each env's step reached, before any reset: for an env whose
+    /// episode ended it is the episode's last observation; otherwise it equals `obs`.
+    pub final_obs: Vec<u8>,
+}
+
+impl StepOut {
+    /// Zeroed buffers for `num_envs` environments of `spec`.
+    pub fn new(spec: &EnvSpec, num_envs: usize) -> StepOut {
+        let n = spec.obs_bytes() * num_envs;
+        StepOut {
+            obs: vec![0; n],
+            reward: vec![0.0; num_envs],
+            terminated: vec![false; num_envs],
+            truncated: vec![false; num_envs],
+            final_obs: vec![0; n],
+        }
+    }
+
+    /// The observations as an array `[num_envs, ..obs shape]`.
+    pub fn obs_array(&self, spec: &EnvSpec) -> Array {
+        batch_array(spec, &self.obs)
+    }
+
+    /// The final observations as an array `[num_envs, ..obs shape]`.
+    pub fn final_obs_array(&self, spec: &EnvSpec) -> Array {
+        batch_array(spec, &self.final_obs)
+    }
+
+    /// Whether env `i`'s episode ended this step.
+    pub fn done(&self, i: usize) -> bool {
+        self.terminated[i] || self.truncated[i]
+    }
+}
+
+fn batch_array(spec: &EnvSpec, bytes: &[u8]) -> Array {
+    let n = bytes.len() / spec.obs_bytes().max(1);
+    let mut shape = vec![n];
+    shape.extend(&spec.obs.shape);
+    let ty = ArrayTy::new(spec.obs.dtype, shape);
+    Array::from_bytes(&ty, bytes).expect("StepOut buffers are sized from the spec")
+}
+
+/// A batch of environments on the host with same-step auto-reset.
+pub trait HostEnv: Send {
+    /// The spaces of one environment.
+    fn spec(&self) -> &EnvSpec;
+
+    /// How many environments the batch holds.
+    fn num_envs(&self) -> usize;
+
+    /// Starts every environment's first episode; writes the first observations into
+    /// `out.obs` (and `out.final_obs`) and clears the other fields. The same seed gives
+    /// the same episodes (see each backend for how the seed spreads over the envs).
+    fn reset(&mut self, seed: u64, out: &mut StepOut) -> Result<(), HostError>;
+
+    /// Steps every environment with its action (`actions.len() == num_envs`, each in
+    /// `0..n_actions`), auto-resetting those whose episode ends.
+    fn step(&mut self, actions: &[i32], out: &mut StepOut) -> Result<(), HostError>;
+
+    /// Workers restarted after a fault so far (always 0 for backends without workers).
+    fn restarts(&self) -> u64 {
+        0
+    }
+}
+
+/// Checks a step's arguments against the batch, so that no backend indexes out of bounds.
+pub(crate) fn check_step(spec: &EnvSpec, num_envs: usize, actions: &[i32], out: &StepOut) -> Result<(), HostError> {
+    if actions.len() != num_envs {
+        return Err(HostError::Usage(format!("{} actions for a batch of {num_envs} envs", actions.len())));
+    }
+    if let Some(a) = actions.iter().find(|&&a| a < 0 || a as u64 >= spec.n_actions) {
+        return Err(HostError::Usage(format!("action {a} is outside `discrete({})`", spec.n_actions)));
+    }
+    check_out(spec, num_envs, out)
+}
+
+pub(crate) fn check_out(spec: &EnvSpec, num_envs: usize, out: &StepOut) -> Result<(), HostError> {
+    let n = spec.obs_bytes() * num_envs;
+    let ok = out.obs.len() == n
+        && out.final_obs.len() == n
+        && out.reward.len() == num_envs
+        && out.terminated.len() == num_envs
+        && out.truncated.len() == num_envs;
+    if ok {
+        Ok(())
+    } else {
+        Err(HostError::Usage(format!("the StepOut buffers are not sized for {num_envs} envs of {spec}")))
+    }
+}
+
+/// How to run a host env.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub num_envs: usize,
+    /// Worker processes the envs are split over (Python backends).
+    pub env_workers: usize,
+    /// The Python to run workers with (else `PODC_PYTHON`, `$VIRTUAL_ENV`, the cache venv).
+    pub python: Option<PathBuf>,
+    /// Modules a worker imports before making its envs (e.g. to register them).
+    pub env_import: Vec<String>,
+    /// A worker that takes longer than this for one step is killed and restarted.
+    pub step_timeout: Duration,
+    /// Worker restarts allowed over the batch's life; one more is an error.
+    pub max_restarts: u64,
+    /// The PJRT plugin for `pod:` envs (else the usual discovery).
+    pub plugin: Option<PathBuf>,
+}
+
+impl Options {
+    pub fn new(num_envs: usize) -> Options {
+        Options {
+            num_envs,
+            env_workers: 1,
+            python: None,
+            env_import: vec![],
+            step_timeout: Duration::from_secs(60),
+            max_restarts: 10,
+            plugin: None,
+        }
+    }
+}
+
+/// Opens the host env a URI names. `client` runs `pod:` envs; when it is `None` a client
+/// is opened for them from `opts.plugin`.
+pub fn open(uri: &str, opts: &Options, client: Option<&Client>) -> Result<Box<dyn HostEnv>, HostError> {
+    let uri = EnvUri::parse(uri)?;
+    match uri.backend {
+        Backend::Gymnasium | Backend::EnvPool => Ok(Box::new(pool::WorkerPool::start(&uri, opts)?)),
+        Backend::Pod => {
+            let file = PathBuf::from(&uri.id);
+            let mut env_name = None;
+            for (k, v) in &uri.kwargs {
+                match (k.as_str(), v) {
+                    ("env", KwValue::Str(name)) => env_name = Some(name.clone()),
+                    _ => return Err(HostError::Uri(format!("`{uri}`: `pod:` URIs take only `?env=NAME`"))),
+                }
+            }
+            let owned;
+            let client = match client {
+                Some(c) => c,
+                None => {
+                    owned = crate::runtime::Runtime::open(opts.plugin.as_deref(), None)?;
+                    &owned
+                }
+            };
+            Ok(Box::new(pod::PodEnv::new(client, &file, env_name.as_deref(), opts.num_envs)?))
+        }
+    }
+}
+
+/// The spaces of the env a URI names, without keeping it (`podc env describe`).
+pub fn describe_uri(uri: &str, opts: &Options) -> Result<EnvSpec, HostError> {
+    let mut one = opts.clone();
+    one.num_envs = 1;
+    one.env_workers = 1;
+    let env = open(uri, &one, None)?;
+    Ok(env.spec().clone())
+}
+
+/// Everything that can go wrong with host envs. None is a panic.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("bad env URI: {0}")]
+    Uri(String),
+    #[error("{0}")]
+    Usage(String),
+    /// No usable Python, or the cache venv could not be made.
+    #[error("{reason}\n  to fix it, run: {command}")]
+    Python { reason: String, command: String },
+    /// The named Python lacks a package a backend needs.
+    #[error("{python} cannot import `{module}` (needed by `{backend}:` envs)\n  to install it, run: {command}")]
+    MissingPackage { python: String, module: String, backend: String, command: String },
+    /// The env could not be made (a bad ID, bad keyword arguments, an unsupported space).
+    #[error("cannot make `{uri}`: {message}")]
+    Make { uri: String, message: String },
+    /// A worker failed and could not be replaced.
+    #[error("env worker {worker} failed: {reason}{}", tail(stderr))]
+    Worker { worker: usize, reason: String, stderr: String },
+    /// Workers failed more often than allowed.
+    #[error(
+        "env workers were restarted {restarts} times, the most allowed; the last failure (worker {worker}): {reason}{}",
+        tail(stderr)
+    )]
+    TooManyRestarts { restarts: u64, worker: usize, reason: String, stderr: String },
+    /// A `pod:` env did not compile; the rendered diagnostics.
+    #[error("{0}")]
+    Pod(String),
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::RuntimeError),
+    #[error("{0}")]
+    Io(String),
+}
+
+fn tail(stderr: &str) -> String {
+    if stderr.trim().is_empty() {
+        String::new()
+    } else {
+        let lines: Vec<&str> = stderr.trim_end().lines().collect();
+        format!("\n  the worker's stderr ended with:\n    {}", lines.join("\n    "))
+    }
+}

@@ -1,0 +1,185 @@
+//! `pod:FILE.pod`: a `.pod` env compiled (batched with `vmap`) and stepped through PJRT,
+//! behind the same [`HostEnv`] interface as the Python envs. No Python is involved; it is
+//! the reference the other backends' tests and the Sebulba driver compare against.
+//!
+//! **Keys.** After `reset(seed)`, with `base = key(seed)` (`jax.random.key(seed)` of the
+//! 64-bit seed, `[seed >> 32, seed as u32]`), batch step `t` uses, for env `i`,
+//! `split(fold_in(base, t), B)[i]`: `t = 0` for the reset, then `1, 2, …` for each
+//! `step` since the reset. Each env's auto-resetting step then splits its key as Anakin's
+//! does (the first half steps, the second resets).
+
+use super::{EnvSpec, HostEnv, HostError, StepOut};
+use crate::array::{Array, Data};
+use crate::elab::env::{build_env, env_names};
+use crate::lower::stablehlo::lower_module;
+use crate::runtime::{Buffer, Client, Executable};
+use crate::transform::vmap::vmap;
+use std::path::Path;
+
+pub struct PodEnv {
+    client: Client,
+    spec: EnvSpec,
+    num_envs: usize,
+    /// `(keys: u32[B, 2]) -> (state.., t, obs)`, batched.
+    reset: Executable,
+    /// `(state.., t, action, keys) -> (state.., t, obs, reward, terminated, truncated, final_obs)`, batched.
+    step: Executable,
+    /// `(base: u32[2], t: i32) -> u32[B, 2]`: the keys of one batch step.
+    keys: Executable,
+    /// State leaves of one env, not counting the step counter `t`.
+    n_state: usize,
+    /// The batch's state and step counters, on the device; empty before the first reset.
+    state: Vec<Buffer>,
+    base: Option<Buffer>,
+    t: i32,
+}
+
+impl PodEnv {
+    /// Compiles the env `name` (or the file's only env) of `file` for `num_envs` envs.
+    pub fn new(client: &Client, file: &Path, name: Option<&str>, num_envs: usize) -> Result<PodEnv, HostError> {
+        if num_envs == 0 {
+            return Err(HostError::Usage("a host env batch needs at least one env".into()));
+        }
+        let (prog, diags) = crate::driver::check_file(file).map_err(HostError::Pod)?;
+        if !diags.is_empty() {
+            return Err(HostError::Pod(crate::diag::render_plain(&prog.map, &diags)));
+        }
+        let names = env_names(&prog);
+        let name = match (name, &names[..]) {
+            (Some(n), _) => n.to_string(),
+            (None, [only]) => only.clone(),
+            (None, []) => return Err(HostError::Pod(format!("`{}` declares no `env`", file.display()))),
+            (None, _) => {
+                return Err(HostError::Pod(format!(
+                    "`{}` declares several envs ({}): choose one with `pod:{}?env=NAME`",
+                    file.display(),
+                    names.join(", "),
+                    file.display()
+                )));
+            }
+        };
+        let env = build_env(&prog, &name).map_err(|d| HostError::Pod(crate::diag::render_plain(&prog.map, &[*d])))?;
+        let obs = match env.info.observation.leaves().as_deref() {
+            Some([one]) => one.clone(),
+            _ => {
+                return Err(HostError::Pod(format!(
+                    "env `{name}` observes `{}`: a host env's observation must be one array",
+                    env.info.observation
+                )));
+            }
+        };
+        let spec = EnvSpec {
+            name: env.info.name.clone(),
+            obs,
+            n_actions: env.info.n_actions,
+            time_limit: env.info.time_limit,
+        };
+        let n_state = env.step.graph.params.len() - 3;
+        let reset_b = vmap(&env.reset, &[true], num_envs);
+        let step_b = vmap(&env.step, &vec![true; env.step.graph.params.len()], num_envs);
+        let keys = keys_program(num_envs)?;
+        let compile = |f: &crate::ir::Func| client.compile(&lower_module(f, 1), 1);
+        Ok(PodEnv {
+            client: client.clone(),
+            spec,
+            num_envs,
+            reset: compile(&reset_b)?,
+            step: compile(&step_b)?,
+            keys: compile(&keys)?,
+            n_state,
+            state: vec![],
+            base: None,
+            t: 0,
+        })
+    }
+
+    /// The keys of batch step `t` for `num_envs` envs, as documented above.
+    fn step_keys(&self, t: i32) -> Result<Buffer, HostError> {
+        let base = self.base.as_ref().ok_or_else(|| HostError::Usage("step before reset".into()))?;
+        let t = self.client.upload(&Array::i32(vec![], vec![t]), 0)?;
+        Ok(self.keys.execute(&[base, &t])?.remove(0))
+    }
+}
+
+/// `(base: Key, t: i32) -> u32[B, 2]`, written in `.pod` so that the keys are exactly
+/// the language's `split` and `fold_in` (those of `jax.random`).
+pub fn keys_program(num_envs: usize) -> Result<crate::ir::Func, HostError> {
+    let src = format!("fn main(base: Key, t: i32) -> u32[{num_envs}, 2] {{ split(fold_in(base, t), {num_envs}) }}\n");
+    let (prog, diags) = crate::driver::check_source("<host keys>", &src, None);
+    if !diags.is_empty() {
+        return Err(HostError::Pod(crate::diag::render_plain(&prog.map, &diags)));
+    }
+    let e =
+        crate::driver::build(&prog, "main").map_err(|d| HostError::Pod(crate::diag::render_plain(&prog.map, &[*d])))?;
+    Ok(e.func)
+}
+
+fn download(b: &Buffer) -> Result<Array, HostError> {
+    Ok(b.download()?)
+}
+
+fn bools(a: &Array) -> Result<&[bool], HostError> {
+    match &a.data {
+        Data::Bool(v) => Ok(v),
+        _ => Err(HostError::Pod(format!("expected a bool array from the env's step, got {}", a.dtype()))),
+    }
+}
+
+impl HostEnv for PodEnv {
+    fn spec(&self) -> &EnvSpec {
+        &self.spec
+    }
+
+    fn num_envs(&self) -> usize {
+        self.num_envs
+    }
+
+    fn reset(&mut self, seed: u64, out: &mut StepOut) -> Result<(), HostError> {
+        super::check_out(&self.spec, self.num_envs, out)?;
+        self.base = Some(self.client.upload(&crate::io::seed_key(seed as i64), 0)?);
+        self.t = 0;
+        let keys = self.step_keys(0)?;
+        let mut outs = self.reset.execute(&[&keys])?;
+        let obs = download(&outs[self.n_state + 1])?.to_bytes();
+        outs.truncate(self.n_state + 1);
+        self.state = outs;
+        out.obs.copy_from_slice(&obs);
+        out.final_obs.copy_from_slice(&obs);
+        out.reward.fill(0.0);
+        out.terminated.fill(false);
+        out.truncated.fill(false);
+        Ok(())
+    }
+
+    fn step(&mut self, actions: &[i32], out: &mut StepOut) -> Result<(), HostError> {
+        super::check_step(&self.spec, self.num_envs, actions, out)?;
+        if self.state.is_empty() {
+            return Err(HostError::Usage("step before reset".into()));
+        }
+        let t = self.t.checked_add(1).ok_or_else(|| HostError::Usage("more than 2^31 steps since the reset".into()))?;
+        let keys = self.step_keys(t)?;
+        let a = self.client.upload(&Array::i32(vec![self.num_envs], actions.to_vec()), 0)?;
+        let mut args: Vec<&Buffer> = self.state.iter().collect();
+        args.extend([&a, &keys]);
+        let mut outs = self.step.execute(&args)?;
+        // outs: state.., t, obs, reward, terminated, truncated, final_obs
+        let k = self.n_state + 1;
+        let obs = download(&outs[k])?;
+        let reward = download(&outs[k + 1])?;
+        let terminated = download(&outs[k + 2])?;
+        let truncated = download(&outs[k + 3])?;
+        let final_obs = download(&outs[k + 4])?;
+        outs.truncate(k);
+        self.state = outs;
+        self.t = t;
+        out.obs.copy_from_slice(&obs.to_bytes());
+        out.final_obs.copy_from_slice(&final_obs.to_bytes());
+        match &reward.data {
+            Data::F32(v) => out.reward.copy_from_slice(v),
+            _ => return Err(HostError::Pod("the env's reward is not f32".into())),
+        }
+        out.terminated.copy_from_slice(bools(&terminated)?);
+        out.truncated.copy_from_slice(bools(&truncated)?);
+        Ok(())
+    }
+}

@@ -1,0 +1,251 @@
+"""podracer's env worker: steps a batch of Gymnasium or EnvPool envs for podc.
+
+podc ships this file inside its binary and runs it as
+`python worker.py CONFIG_JSON`. The protocol (docs/sebulba.md):
+
+- fd 0 is a memfd that podc maps too; fd 1 is a Unix socket to podc. Both are moved
+  away at start, so that prints (from Python or C) go to stderr and cannot corrupt the
+  protocol.
+- The worker writes one JSON line: the spaces, or {"error": ...} if it cannot make the env.
+- podc answers one JSON line: the size of the shared memory and the offset of each
+  section (actions, obs, final_obs, reward, terminated, truncated, seed).
+- Then, per command byte: b"R" resets with the seed in shared memory, b"S" steps with
+  the actions in shared memory; the worker answers b"r" / b"s" once the results are in
+  shared memory. End of file on the socket (podc closed it, or died) ends the worker, and
+  so does podc's death (PR_SET_PDEATHSIG). An exception prints its traceback to stderr
+  and exits, which podc sees as end of file.
+"""
+
+import importlib
+import importlib.util
+import json
+import mmap
+import os
+import socket
+import sys
+import traceback
+
+
+def die_with_parent(ppid):
+    """SIGKILL when podc dies; if it already died before prctl, leave now."""
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except Exception:
+        pass  # not Linux: end of file on the socket still ends the worker
+    if os.getppid() != ppid:
+        os._exit(0)
+
+
+def import_user_module(name):
+    """A dotted module name (the working directory is on sys.path) or a .py file."""
+    if name.endswith(".py"):
+        mod_name = os.path.splitext(os.path.basename(name))[0]
+        spec = importlib.util.spec_from_file_location(mod_name, name)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {name}")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[mod_name] = mod
+        spec.loader.exec_module(mod)
+    else:
+        importlib.import_module(name)
+
+
+def space_spec(np, obs_space, act_space):
+    """The spaces as podc's types: (dtype, shape, n_actions, action_start)."""
+    kind = type(obs_space).__name__
+    if kind == "Box":
+        dt = np.dtype(obs_space.dtype)
+        if dt.kind == "f":
+            dtype = "f32"
+        elif dt.kind == "b":
+            dtype = "bool"
+        elif dt == np.uint32:
+            dtype = "u32"
+        elif dt.kind in "iu":
+            dtype = "i32"
+        else:
+            raise ValueError(f"unsupported observation dtype {dt}")
+        shape = [int(d) for d in obs_space.shape]
+    elif kind == "Discrete":
+        dtype, shape = "i32", []
+    else:
+        raise ValueError(f"unsupported observation space {obs_space}; podracer supports Box and Discrete")
+    if type(act_space).__name__ != "Discrete":
+        raise ValueError(f"unsupported action space {act_space}; podracer supports Discrete")
+    return dtype, shape, int(act_space.n), int(getattr(act_space, "start", 0))
+
+
+class Gymnasium:
+    """gymnasium.make_vec, synchronous, with same-step auto-reset (final obs in info)."""
+
+    def __init__(self, np, env_id, kwargs, n):
+        import gymnasium as gym
+
+        self.np = np
+        self.envs = gym.make_vec(
+            env_id,
+            num_envs=n,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+            **kwargs,
+        )
+        sub = getattr(self.envs, "envs", None)
+        spec = sub[0].spec if sub else self.envs.spec
+        self.time_limit = getattr(spec, "max_episode_steps", None)
+        self.obs_space = self.envs.single_observation_space
+        self.act_space = self.envs.single_action_space
+
+    def reset(self, seed, obs, final_obs):
+        o, _ = self.envs.reset(seed=seed)
+        self.np.copyto(obs, o, casting="unsafe")
+        self.np.copyto(final_obs, o, casting="unsafe")
+
+    def step(self, actions, obs, reward, terminated, truncated, final_obs):
+        o, r, te, tr, info = self.envs.step(actions)
+        self.np.copyto(obs, o, casting="unsafe")
+        self.np.copyto(final_obs, o, casting="unsafe")
+        if "final_obs" in info:
+            for i in self.np.nonzero(info["_final_obs"])[0]:
+                self.np.copyto(final_obs[i], info["final_obs"][i], casting="unsafe")
+        reward[:] = r
+        terminated[:] = te
+        truncated[:] = tr
+
+
+class EnvPool:
+    """envpool.make, synchronous. EnvPool resets on the step after an episode ends (that
+    step ignores its action); stepping just the finished envs at once turns this into a
+    same-step reset. Truncation is recomputed from the elapsed steps, since some EnvPool
+    versions end episodes at the time limit with neither flag set (as Cleanba and Stoix do)."""
+
+    def __init__(self, np, env_id, kwargs, n):
+        import envpool
+
+        self.np, self.envpool, self.id, self.kwargs, self.n = np, envpool, env_id, kwargs, n
+        self.seed = 0
+        self.env = self.make(0)
+        config = getattr(self.env.spec, "config", None)
+        self.time_limit = getattr(config, "max_episode_steps", None)
+        self.obs_space = self.env.observation_space
+        self.act_space = self.env.action_space
+
+    def make(self, seed):
+        return self.envpool.make(self.id, env_type="gymnasium", num_envs=self.n, seed=int(seed), **self.kwargs)
+
+    def reset(self, seed, obs, final_obs):
+        # EnvPool seeds env i with seed + i when it is made, so a new seed needs a new pool.
+        if seed != self.seed:
+            self.env.close()
+            self.env = self.make(seed)
+            self.seed = seed
+        o, info = self.env.reset()
+        ids = info["env_id"]
+        obs[ids] = o.astype(obs.dtype, copy=False)
+        final_obs[:] = obs
+
+    def step(self, actions, obs, reward, terminated, truncated, final_obs):
+        np = self.np
+        o, r, te, tr, info = self.env.step(actions.astype(np.int32), np.arange(self.n, dtype=np.int32))
+        ids = info["env_id"]
+        if self.time_limit:
+            tr = np.logical_or(tr, info["elapsed_step"] >= self.time_limit)
+        final_obs[ids] = o.astype(final_obs.dtype, copy=False)
+        obs[ids] = o.astype(obs.dtype, copy=False)
+        reward[ids] = r
+        terminated[ids] = te
+        truncated[ids] = tr
+        done = ids[np.logical_or(te, tr)]
+        if len(done):
+            o2, _, _, _, info2 = self.env.step(np.zeros(len(done), dtype=np.int32), done.astype(np.int32))
+            if np.any(info2["elapsed_step"] != 0):
+                raise RuntimeError("EnvPool did not reset finished envs when stepped alone")
+            obs[info2["env_id"]] = o2.astype(obs.dtype, copy=False)
+
+
+def main():
+    config = json.loads(sys.argv[1])
+    die_with_parent(config["ppid"])
+    chan = socket.socket(fileno=os.dup(1))
+    os.dup2(2, 1)
+    shm_fd = os.dup(0)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+
+    def send_line(obj):
+        chan.sendall((json.dumps(obj) + "\n").encode())
+
+    def read_line():
+        data = b""
+        while not data.endswith(b"\n"):
+            c = chan.recv(1)
+            if not c:
+                sys.exit(0)
+            data += c
+        return json.loads(data)
+
+    backend = config["backend"]
+    module = {"gymnasium": "gymnasium", "envpool": "envpool"}[backend]
+    try:
+        import numpy as np
+
+        importlib.import_module(module)
+    except ImportError as e:
+        send_line({"error": "missing_module", "module": e.name or module, "message": str(e)})
+        return
+    try:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        for name in config["env_import"]:
+            import_user_module(name)
+        cls = Gymnasium if backend == "gymnasium" else EnvPool
+        env = cls(np, config["id"], config["kwargs"], config["num_envs"])
+        dtype, shape, n_actions, start = space_spec(np, env.obs_space, env.act_space)
+    except Exception as e:
+        traceback.print_exc()
+        send_line({"error": "make", "message": f"{type(e).__name__}: {e}"})
+        return
+    limit = env.time_limit
+    send_line({"obs_dtype": dtype, "obs_shape": shape, "n_actions": n_actions,
+               "time_limit": int(limit) if limit else None})
+
+    layout = read_line()
+    mm = mmap.mmap(shm_fd, layout["size"])
+    os.close(shm_fd)
+    n = config["num_envs"]
+    np_dtype = {"f32": np.float32, "i32": np.int32, "u32": np.uint32, "bool": np.bool_}[dtype]
+    numel = int(np.prod(shape)) if shape else 1
+
+    def view(name, dt, count, shp):
+        return np.frombuffer(mm, dtype=dt, count=count, offset=layout[name]).reshape(shp)
+
+    actions = view("actions", np.int32, n, (n,))
+    obs = view("obs", np_dtype, n * numel, (n, *shape))
+    final_obs = view("final_obs", np_dtype, n * numel, (n, *shape))
+    reward = view("reward", np.float32, n, (n,))
+    terminated = view("terminated", np.bool_, n, (n,))
+    truncated = view("truncated", np.bool_, n, (n,))
+    seed = view("seed", np.uint64, 1, (1,))
+
+    while True:
+        cmd = chan.recv(1)
+        if cmd == b"S":
+            env.step(actions.astype(np.int64) + start, obs, reward, terminated, truncated, final_obs)
+            chan.sendall(b"s")
+        elif cmd == b"R":
+            env.reset(int(seed[0]), obs, final_obs)
+            reward[:] = 0
+            terminated[:] = False
+            truncated[:] = False
+            chan.sendall(b"r")
+        else:  # end of file (podc is gone or done with us), or b"Q"
+            return
+
+
+if __name__ == "__main__":
+    main()
