@@ -1,0 +1,448 @@
+//! Host environments (`src/host`): Gymnasium through worker processes against Gymnasium
+//! in-process, the `pod:` backend against the `.pod` env's device step, the fault model
+//! (SIGKILL, exceptions, hangs, the restart bound), no worker outliving its parent, URIs
+//! and `podc env describe`.
+//!
+//! The Python tests use the Python podc would (`PODC_PYTHON`, `$VIRTUAL_ENV`, else the
+//! cache venv that podc makes on first use, which takes a minute once).
+
+use podracer::array::{Array, Data};
+use podracer::host::pool::WorkerPool;
+use podracer::host::{EnvUri, HostEnv, HostError, Options, StepOut};
+use podracer::runtime::{Client, Runtime};
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const FAULTY: &str = "tests/fixtures/host/faulty_envs.py";
+
+fn client() -> &'static Client {
+    static CLIENT: OnceLock<Client> = OnceLock::new();
+    CLIENT.get_or_init(|| Runtime::open(None, None).unwrap_or_else(|e| panic!("the pod: tests need PJRT: {e}")))
+}
+
+fn pool(uri: &str, num_envs: usize, workers: usize) -> WorkerPool {
+    let mut opts = Options::new(num_envs);
+    opts.env_workers = workers;
+    WorkerPool::start(&EnvUri::parse(uri).unwrap(), &opts).unwrap_or_else(|e| panic!("{uri}: {e}"))
+}
+
+fn faulty(
+    how: &str,
+    fail_at: u32,
+    num_envs: usize,
+    workers: usize,
+    timeout: Duration,
+    max_restarts: u64,
+) -> WorkerPool {
+    let mut opts = Options::new(num_envs);
+    opts.env_workers = workers;
+    opts.env_import = vec![FAULTY.into()];
+    opts.step_timeout = timeout;
+    opts.max_restarts = max_restarts;
+    let uri = format!("gymnasium:PodTest/Faulty-v0?fail_at={fail_at}&how={how}");
+    WorkerPool::start(&EnvUri::parse(&uri).unwrap(), &opts).unwrap()
+}
+
+/// Deterministic actions in `0..n` (splitmix64).
+fn actions(seed: u64, steps: usize, envs: usize, n: u64) -> Vec<Vec<i32>> {
+    let mut z = seed;
+    (0..steps)
+        .map(|_| {
+            (0..envs)
+                .map(|_| {
+                    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    let mut x = z;
+                    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                    ((x ^ (x >> 31)) % n) as i32
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn f32s(a: &Array) -> Vec<f32> {
+    match &a.data {
+        Data::F32(v) => v.clone(),
+        _ => panic!("expected f32 observations"),
+    }
+}
+
+/// A JSON list of lists of numbers, flattened to f32.
+fn flat(v: &Value) -> Vec<f32> {
+    match v {
+        Value::Array(xs) => xs.iter().flat_map(flat).collect(),
+        x => vec![x.as_f64().expect("a number") as f32],
+    }
+}
+
+fn bools(v: &Value) -> Vec<bool> {
+    v.as_array().unwrap().iter().map(|b| b.as_bool().unwrap()).collect()
+}
+
+/// (a) A Gymnasium env through two workers gives exactly what Gymnasium gives in-process,
+/// with keyword arguments (a time limit of 12, so episodes both terminate and truncate).
+#[test]
+fn gymnasium_through_workers_equals_in_process() {
+    let (n, steps, seed) = (5, 40, 7);
+    let mut env = pool("gymnasium:CartPole-v1?max_episode_steps=12", n, 2);
+    assert_eq!(env.spec().to_string(), "observation: f32[4], action: discrete(2), time_limit: 12");
+    let acts = actions(1, steps, n, 2);
+    let cfg =
+        json!({"id": "CartPole-v1", "kwargs": {"max_episode_steps": 12}, "num_envs": n, "seed": seed, "actions": acts});
+    let reference =
+        Command::new(env.python()).arg("tests/fixtures/host/gym_reference.py").arg(cfg.to_string()).output().unwrap();
+    assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
+    let want: Value = serde_json::from_slice(&reference.stdout).unwrap();
+
+    let mut out = StepOut::new(env.spec(), n);
+    env.reset(seed, &mut out).unwrap();
+    assert_eq!(f32s(&out.obs_array(env.spec())), flat(&want["reset"]));
+    let (mut terminated, mut truncated) = (0, 0);
+    for (t, a) in acts.iter().enumerate() {
+        env.step(a, &mut out).unwrap();
+        let w = &want["steps"][t];
+        assert_eq!(f32s(&out.obs_array(env.spec())), flat(&w["obs"]), "obs at step {t}");
+        assert_eq!(f32s(&out.final_obs_array(env.spec())), flat(&w["final_obs"]), "final_obs at step {t}");
+        assert_eq!(out.reward, flat(&w["reward"]), "reward at step {t}");
+        assert_eq!(out.terminated, bools(&w["terminated"]), "terminated at step {t}");
+        assert_eq!(out.truncated, bools(&w["truncated"]), "truncated at step {t}");
+        terminated += out.terminated.iter().filter(|&&x| x).count();
+        truncated += out.truncated.iter().filter(|&&x| x).count();
+    }
+    assert!(terminated > 0 && truncated > 0, "the run should end episodes both ways: {terminated} {truncated}");
+    assert_eq!(env.restarts(), 0);
+}
+
+/// The split over workers does not change the batch: env k is seeded `seed + k` either way.
+#[test]
+fn worker_count_does_not_change_results() {
+    let run = |workers| {
+        let mut env = pool("gymnasium:Acrobot-v1", 3, workers);
+        let mut out = StepOut::new(env.spec(), 3);
+        env.reset(3, &mut out).unwrap();
+        let mut all = vec![out.clone()];
+        for a in actions(2, 5, 3, 3) {
+            env.step(&a, &mut out).unwrap();
+            all.push(out.clone());
+        }
+        all
+    };
+    assert_eq!(run(1), run(3));
+}
+
+/// `split(fold_in(key(seed), t), B)`: the documented keys of the `pod:` backend.
+fn keys(seed: u64, t: i32, b: usize) -> Array {
+    let src = format!("fn main(base: Key, t: i32) -> u32[{b}, 2] {{ split(fold_in(base, t), {b}) }}");
+    let (prog, diags) = podracer::driver::check_source("keys", &src, None);
+    assert!(diags.is_empty());
+    let e = podracer::driver::build(&prog, "main").unwrap();
+    podracer::driver::eval(&e, &[podracer::io::seed_key(seed as i64), Array::i32(vec![], vec![t])]).remove(0)
+}
+
+fn row(a: &Array, i: usize) -> Array {
+    let per: usize = a.shape[1..].iter().product();
+    let data = match &a.data {
+        Data::U32(v) => Data::U32(v[i * per..(i + 1) * per].to_vec()),
+        Data::F32(v) => Data::F32(v[i * per..(i + 1) * per].to_vec()),
+        Data::I32(v) => Data::I32(v[i * per..(i + 1) * per].to_vec()),
+        Data::Bool(v) => Data::Bool(v[i * per..(i + 1) * per].to_vec()),
+    };
+    Array::new(a.shape[1..].to_vec(), data)
+}
+
+/// (b) The `pod:` backend, batched on the host, gives exactly the `.pod` env's own
+/// (unbatched) device step, env by env, with the documented keys.
+fn pod_equals_device_step(file: &str, steps: usize) {
+    let (b, seed) = (3, 11);
+    let mut env = podracer::host::open(&format!("pod:{file}"), &Options::new(b), Some(client())).unwrap();
+    let (prog, diags) = podracer::driver::check_file(Path::new(file)).unwrap();
+    assert!(diags.is_empty());
+    let name = podracer::elab::env::env_names(&prog).remove(0);
+    let funcs = podracer::elab::env::build_env(&prog, &name).unwrap();
+    let compile = |f| client().compile(&podracer::lower::stablehlo::lower_module(f, 1), 1).unwrap();
+    let (reset, step) = (compile(&funcs.reset), compile(&funcs.step));
+    let run = |exe: &podracer::runtime::Executable, args: &[Array]| -> Vec<Array> {
+        let bufs: Vec<_> = args.iter().map(|a| client().upload(a, 0).unwrap()).collect();
+        exe.execute(&bufs.iter().collect::<Vec<_>>()).unwrap().iter().map(|x| x.download().unwrap()).collect()
+    };
+    let n_state = funcs.step.graph.params.len() - 3;
+    let spec = env.spec().clone();
+
+    let mut out = StepOut::new(&spec, b);
+    env.reset(seed, &mut out).unwrap();
+    let k0 = keys(seed, 0, b);
+    let mut states: Vec<Vec<Array>> = (0..b)
+        .map(|i| {
+            let o = run(&reset, &[row(&k0, i)]);
+            assert_eq!(o[n_state + 1], row(&out.obs_array(&spec), i), "reset obs of env {i}");
+            o[..n_state + 1].to_vec()
+        })
+        .collect();
+    let mut ended = 0;
+    for (t, a) in actions(5, steps, b, spec.n_actions).iter().enumerate() {
+        env.step(a, &mut out).unwrap();
+        let kt = keys(seed, t as i32 + 1, b);
+        for i in 0..b {
+            let mut args = states[i].clone();
+            args.extend([Array::i32(vec![], vec![a[i]]), row(&kt, i)]);
+            let o = run(&step, &args);
+            // o: state.., t, obs, reward, terminated, truncated, final_obs
+            let k = n_state + 1;
+            assert_eq!(o[k], row(&out.obs_array(&spec), i), "obs of env {i} at step {t}");
+            assert_eq!(o[k + 1], Array::f32(vec![], vec![out.reward[i]]), "reward of env {i} at step {t}");
+            assert_eq!(o[k + 2].data, Data::Bool(vec![out.terminated[i]]), "terminated of env {i} at step {t}");
+            assert_eq!(o[k + 3].data, Data::Bool(vec![out.truncated[i]]), "truncated of env {i} at step {t}");
+            assert_eq!(o[k + 4], row(&out.final_obs_array(&spec), i), "final_obs of env {i} at step {t}");
+            ended += usize::from(out.done(i));
+            states[i] = o[..k].to_vec();
+        }
+    }
+    assert!(ended > 0, "the run should cross episode ends");
+}
+
+#[test]
+fn pod_catch_equals_device_step() {
+    pod_equals_device_step("examples/envs/catch.pod", 25);
+}
+
+#[test]
+fn pod_cartpole_equals_device_step() {
+    pod_equals_device_step("examples/envs/cartpole.pod", 40);
+}
+
+/// (c) SIGKILL one of two workers between steps: the next step keeps the batch's shape,
+/// the killed worker's rows are truncated with their last observation as final, the other
+/// rows step normally, and the restart is counted.
+#[test]
+fn sigkill_of_a_worker_truncates_its_rows_and_restarts_it() {
+    let (n, spec_envs) = (4, "gymnasium:CartPole-v1");
+    let mut env = pool(spec_envs, n, 2);
+    let mut out = StepOut::new(env.spec(), n);
+    env.reset(0, &mut out).unwrap();
+    let acts = actions(9, 8, n, 2);
+    for a in &acts[..3] {
+        env.step(a, &mut out).unwrap();
+    }
+    let before = out.clone();
+    let victim = env.worker_pids()[1];
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(victim as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    env.step(&acts[3], &mut out).unwrap();
+    let ob = env.spec().obs_bytes();
+    assert_eq!(out.obs.len(), n * ob);
+    assert_eq!(env.restarts(), 1);
+    assert_eq!(&out.truncated[2..], &[true, true]);
+    assert_eq!(&out.terminated[2..], &[false, false]);
+    assert_eq!(&out.reward[2..], &[0.0, 0.0]);
+    assert_eq!(&out.final_obs[2 * ob..], &before.obs[2 * ob..], "final obs: the last seen");
+    assert_ne!(&out.obs[2 * ob..], &before.obs[2 * ob..], "the rows go on with new episodes");
+    assert_eq!(&out.reward[..2], &[1.0, 1.0], "the other worker stepped");
+    assert!(env.last_fault().unwrap().contains("killed by SIGKILL"), "{:?}", env.last_fault());
+    assert_ne!(env.worker_pids()[1], victim);
+    for a in &acts[4..] {
+        env.step(a, &mut out).unwrap();
+    }
+}
+
+/// A Python exception in a worker: restarted like a crash.
+#[test]
+fn python_exception_restarts_the_worker() {
+    let mut env = faulty("raise", 3, 2, 1, Duration::from_secs(60), 10);
+    let mut out = StepOut::new(env.spec(), 2);
+    env.reset(0, &mut out).unwrap();
+    for a in actions(4, 5, 2, 2) {
+        env.step(&a, &mut out).unwrap();
+    }
+    // Steps 1, 2 fine; 3 fails (restart 1); 4, 5 are the new worker's steps 1, 2.
+    assert_eq!(env.restarts(), 1);
+    assert!(env.last_fault().unwrap().contains("exit status 1"), "{:?}", env.last_fault());
+}
+
+/// A hung worker is killed at the step deadline and restarted; the step returns in time.
+#[test]
+fn hung_worker_is_killed_at_the_deadline() {
+    let mut env = faulty("hang", 2, 2, 1, Duration::from_millis(1500), 10);
+    let mut out = StepOut::new(env.spec(), 2);
+    env.reset(0, &mut out).unwrap();
+    env.step(&[0, 1], &mut out).unwrap();
+    let t0 = Instant::now();
+    env.step(&[0, 1], &mut out).unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert_eq!(env.restarts(), 1);
+    assert_eq!(out.truncated, vec![true, true]);
+    assert!(env.last_fault().unwrap().contains("hung"), "{:?}", env.last_fault());
+}
+
+/// Past the bound, a fault is an error that shows the worker's stderr.
+#[test]
+fn restarts_are_bounded() {
+    let mut env = faulty("raise", 2, 1, 1, Duration::from_secs(60), 1);
+    let mut out = StepOut::new(env.spec(), 1);
+    env.reset(0, &mut out).unwrap();
+    let mut err = None;
+    for _ in 0..6 {
+        if let Err(e) = env.step(&[1], &mut out) {
+            err = Some(e);
+            break;
+        }
+    }
+    let e = err.expect("the second fault is one too many");
+    assert!(matches!(e, HostError::TooManyRestarts { restarts: 1, .. }), "{e:?}");
+    let text = e.to_string();
+    assert!(text.contains("ValueError: boom at step 2"), "{text}");
+    assert_eq!(env.restarts(), 1);
+}
+
+/// (d) When the process holding workers is SIGKILLed, no worker survives it, even one busy
+/// in a step. The holder is this test binary, running [`holder_of_workers`] in a child
+/// process.
+#[test]
+fn killing_the_parent_leaves_no_worker() {
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["holder_of_workers", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("PODC_TEST_HOLD_WORKERS", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut pids: Vec<i32> = vec![];
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        // libtest prints `test holder_of_workers ... ` before it on the same line.
+        if let Some((_, rest)) = line.split_once("WORKER PIDS ") {
+            pids = rest.split_whitespace().map(|p| p.parse().unwrap()).collect();
+            break;
+        }
+    }
+    assert_eq!(pids.len(), 2, "the holder should report its workers");
+    assert!(pids.iter().all(|&p| alive(p)));
+    // Let the holder send the step that hangs.
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while pids.iter().any(|&p| alive(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left: Vec<i32> = pids.into_iter().filter(|&p| alive(p)).collect();
+    assert!(left.is_empty(), "workers {left:?} outlived their parent by 3 s");
+}
+
+/// Running and not a zombie (an orphan's zombie may wait for a reaper that never comes).
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat.rsplit(')').next().and_then(|s| s.split_whitespace().next()) != Some("Z"),
+        Err(_) => false,
+    }
+}
+
+/// Holds two workers until killed; run only by [`killing_the_parent_leaves_no_worker`].
+#[test]
+#[ignore = "a helper process of killing_the_parent_leaves_no_worker"]
+fn holder_of_workers() {
+    if std::env::var_os("PODC_TEST_HOLD_WORKERS").is_none() {
+        return;
+    }
+    // Both workers hang in their first step, so they never read the end of file on their
+    // socket: only PR_SET_PDEATHSIG can end them.
+    let mut env = faulty("hang", 1, 2, 2, Duration::from_secs(60), 0);
+    let mut out = StepOut::new(env.spec(), 2);
+    env.reset(0, &mut out).unwrap();
+    let pids: Vec<String> = env.worker_pids().iter().map(|p| p.to_string()).collect();
+    println!("WORKER PIDS {}", pids.join(" "));
+    let _ = env.step(&[0, 0], &mut out);
+}
+
+#[test]
+fn bad_envs_are_clear_errors() {
+    let mut opts = Options::new(2);
+    let err = |uri: &str, opts: &Options| podracer::host::open(uri, opts, None).err().expect(uri).to_string();
+    let e = err("gymnasium:NoSuchEnv-v9", &opts);
+    assert!(e.contains("cannot make `gymnasium:NoSuchEnv-v9`") && e.contains("NoSuchEnv"), "{e}");
+    let e = err("gymnasium:CartPole-v1?no_such_kwarg=3", &opts);
+    assert!(e.contains("no_such_kwarg"), "{e}");
+    let e = err("gym:CartPole-v1", &opts);
+    assert!(e.contains("unknown backend `gym`"), "{e}");
+    let e = err("pod:examples/envs/catch.pod?seed=1", &opts);
+    assert!(e.contains("only `?env=NAME`"), "{e}");
+    opts.python = Some("/no/such/python".into());
+    let e = err("gymnasium:CartPole-v1", &opts);
+    assert!(e.contains("/no/such/python") && e.contains("does not exist"), "{e}");
+}
+
+/// A Python without the packages: the error gives the exact pip command.
+#[test]
+fn missing_package_names_the_pip_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let venv = dir.path().join("empty");
+    let made = Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv).status().unwrap();
+    assert!(made.success());
+    let python = venv.join("bin").join("python");
+    let mut opts = Options::new(1);
+    opts.python = Some(python.clone());
+    let e = podracer::host::open("gymnasium:CartPole-v1", &opts, None).err().unwrap();
+    assert!(matches!(e, HostError::MissingPackage { .. }), "{e:?}");
+    assert!(e.to_string().contains(&format!("{} -m pip install numpy==", python.display())), "{e}");
+}
+
+#[test]
+fn podc_env_describe() {
+    let podc = env!("CARGO_BIN_EXE_podc");
+    let run = |uri: &str| {
+        let o = Command::new(podc).args(["env", "describe", uri]).output().unwrap();
+        assert!(o.status.success(), "{uri}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let acrobot = run("gymnasium:Acrobot-v1");
+    assert!(acrobot.ends_with("extern env AcrobotV1 { observation: f32[6], action: discrete(3), time_limit: 500 }\n"));
+    let catch = run("pod:examples/envs/catch.pod");
+    assert!(catch.ends_with("extern env Catch { observation: f32[10, 5], action: discrete(3), time_limit: 1000 }\n"));
+    let o = Command::new(podc).args(["env", "describe", "nope:X"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown backend `nope`"));
+}
+
+/// EnvPool: same-step auto-reset converted from its next-step one, truncation at the time
+/// limit, and the worker split. Ignored by default: the first use installs EnvPool
+/// (~850 MB with its assets) into the cache venv.
+#[test]
+#[ignore = "installs EnvPool (~850 MB) into the cache venv on first use"]
+fn envpool_same_step_auto_reset() {
+    let run = |workers| {
+        let mut env = pool("envpool:CartPole-v1?max_episode_steps=12", 4, workers);
+        assert_eq!(env.spec().to_string(), "observation: f32[4], action: discrete(2), time_limit: 12");
+        let mut out = StepOut::new(env.spec(), 4);
+        env.reset(5, &mut out).unwrap();
+        let mut all = vec![out.clone()];
+        let (mut te, mut tr) = (0, 0);
+        for a in actions(3, 40, 4, 2) {
+            let prev = out.clone();
+            env.step(&a, &mut out).unwrap();
+            for i in 0..4 {
+                let (o, f) = (row(&out.obs_array(env.spec()), i), row(&out.final_obs_array(env.spec()), i));
+                if out.done(i) {
+                    // A fresh CartPole state: every component within ±0.05.
+                    assert!(f32s(&o).iter().all(|x| x.abs() <= 0.05), "{o:?}");
+                    assert_ne!(o, f);
+                } else {
+                    assert_eq!(o, f);
+                }
+                assert_ne!(f, row(&prev.obs_array(env.spec()), i), "every env moved");
+            }
+            te += out.terminated.iter().filter(|&&x| x).count();
+            tr += out.truncated.iter().filter(|&&x| x).count();
+            all.push(out.clone());
+        }
+        assert!(te > 0 && tr > 0, "{te} {tr}");
+        all
+    };
+    assert_eq!(run(1), run(2));
+}
