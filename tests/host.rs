@@ -118,21 +118,31 @@ fn gymnasium_through_workers_equals_in_process() {
     assert_eq!(env.restarts(), 0);
 }
 
-/// The split over workers does not change the batch: env k is seeded `seed + k` either way.
+/// The split over workers does not change the batch (env k is seeded `seed + k` either
+/// way), and neither does stepping in two phases (`send`, then `recv`).
 #[test]
-fn worker_count_does_not_change_results() {
-    let run = |workers| {
+fn worker_count_and_split_steps_do_not_change_results() {
+    let run = |workers, split: bool| {
         let mut env = pool("gymnasium:Acrobot-v1", 3, workers);
         let mut out = StepOut::new(env.spec(), 3);
         env.reset(3, &mut out).unwrap();
         let mut all = vec![out.clone()];
         for a in actions(2, 5, 3, 3) {
-            env.step(&a, &mut out).unwrap();
+            if split {
+                env.send(&a).unwrap();
+                assert!(matches!(env.send(&a), Err(HostError::Usage(_))), "one step in flight at a time");
+                env.recv(&mut out).unwrap();
+            } else {
+                env.step(&a, &mut out).unwrap();
+            }
             all.push(out.clone());
         }
+        assert!(matches!(env.recv(&mut out), Err(HostError::Usage(_))), "nothing in flight");
+        assert!(matches!(env.step(&[0, 1, 3], &mut out), Err(HostError::Usage(_))), "action 3 is out of range");
+        assert!(matches!(env.step(&[0, 1], &mut out), Err(HostError::Usage(_))), "too few actions");
         all
     };
-    assert_eq!(run(1), run(3));
+    assert_eq!(run(1, false), run(3, true));
 }
 
 /// `split(fold_in(key(seed), t), B)`: the documented keys of the `pod:` backend.
@@ -405,9 +415,19 @@ fn podc_env_describe() {
     assert!(acrobot.ends_with("extern env AcrobotV1 { observation: f32[6], action: discrete(3), time_limit: 500 }\n"));
     let catch = run("pod:examples/envs/catch.pod");
     assert!(catch.ends_with("extern env Catch { observation: f32[10, 5], action: discrete(3), time_limit: 1000 }\n"));
-    let o = Command::new(podc).args(["env", "describe", "nope:X"]).output().unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("unknown backend `nope`"));
+    let fails = |args: &[&str], vars: &[(&str, &str)], says: &str| {
+        let o = Command::new(podc).args(args).envs(vars.iter().copied()).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains(says) && !err.contains("panicked"), "{args:?}: {err}");
+    };
+    fails(&["env", "describe", "nope:X"], &[], "unknown backend `nope`");
+    // Discovery order: --python, then PODC_PYTHON, then VIRTUAL_ENV.
+    let d = ["env", "describe", "gymnasium:CartPole-v1"];
+    fails(&d, &[("VIRTUAL_ENV", "/no/venv")], "the Python given by VIRTUAL_ENV (/no/venv/bin/python)");
+    fails(&d, &[("VIRTUAL_ENV", "/no/venv"), ("PODC_PYTHON", "/no/py")], "given by PODC_PYTHON (/no/py)");
+    let explicit = ["env", "describe", "gymnasium:CartPole-v1", "--python", "/no/x"];
+    fails(&explicit, &[("PODC_PYTHON", "/no/py")], "given by --python (/no/x)");
 }
 
 /// EnvPool: same-step auto-reset converted from its next-step one, truncation at the time

@@ -128,7 +128,17 @@ pub trait HostEnv: Send {
 
     /// Steps every environment with its action (`actions.len() == num_envs`, each in
     /// `0..n_actions`), auto-resetting those whose episode ends.
-    fn step(&mut self, actions: &[i32], out: &mut StepOut) -> Result<(), HostError>;
+    fn step(&mut self, actions: &[i32], out: &mut StepOut) -> Result<(), HostError> {
+        self.send(actions)?;
+        self.recv(out)
+    }
+
+    /// Starts a step and returns without waiting for it, so that the caller can work
+    /// (e.g. act on another batch) while the envs step. Finish it with [`HostEnv::recv`].
+    fn send(&mut self, actions: &[i32]) -> Result<(), HostError>;
+
+    /// Waits for the step [`HostEnv::send`] started and writes its results.
+    fn recv(&mut self, out: &mut StepOut) -> Result<(), HostError>;
 
     /// Workers restarted after a fault so far (always 0 for backends without workers).
     fn restarts(&self) -> u64 {
@@ -136,15 +146,15 @@ pub trait HostEnv: Send {
     }
 }
 
-/// Checks a step's arguments against the batch, so that no backend indexes out of bounds.
-pub(crate) fn check_step(spec: &EnvSpec, num_envs: usize, actions: &[i32], out: &StepOut) -> Result<(), HostError> {
+/// Checks a step's actions against the batch, so that no backend indexes out of bounds.
+pub(crate) fn check_actions(spec: &EnvSpec, num_envs: usize, actions: &[i32]) -> Result<(), HostError> {
     if actions.len() != num_envs {
         return Err(HostError::Usage(format!("{} actions for a batch of {num_envs} envs", actions.len())));
     }
     if let Some(a) = actions.iter().find(|&&a| a < 0 || a as u64 >= spec.n_actions) {
         return Err(HostError::Usage(format!("action {a} is outside `discrete({})`", spec.n_actions)));
     }
-    check_out(spec, num_envs, out)
+    Ok(())
 }
 
 pub(crate) fn check_out(spec: &EnvSpec, num_envs: usize, out: &StepOut) -> Result<(), HostError> {

@@ -32,6 +32,8 @@ pub struct PodEnv {
     state: Vec<Buffer>,
     base: Option<Buffer>,
     t: i32,
+    /// The results of the step in flight (obs, reward, terminated, truncated, final_obs).
+    results: Vec<Buffer>,
 }
 
 impl PodEnv {
@@ -90,6 +92,7 @@ impl PodEnv {
             state: vec![],
             base: None,
             t: 0,
+            results: vec![],
         })
     }
 
@@ -136,6 +139,7 @@ impl HostEnv for PodEnv {
 
     fn reset(&mut self, seed: u64, out: &mut StepOut) -> Result<(), HostError> {
         super::check_out(&self.spec, self.num_envs, out)?;
+        self.results.clear();
         self.base = Some(self.client.upload(&crate::io::seed_key(seed as i64), 0)?);
         self.t = 0;
         let keys = self.step_keys(0)?;
@@ -151,10 +155,14 @@ impl HostEnv for PodEnv {
         Ok(())
     }
 
-    fn step(&mut self, actions: &[i32], out: &mut StepOut) -> Result<(), HostError> {
-        super::check_step(&self.spec, self.num_envs, actions, out)?;
+    /// Runs the step on the device; `recv` downloads its results.
+    fn send(&mut self, actions: &[i32]) -> Result<(), HostError> {
+        super::check_actions(&self.spec, self.num_envs, actions)?;
         if self.state.is_empty() {
             return Err(HostError::Usage("step before reset".into()));
+        }
+        if !self.results.is_empty() {
+            return Err(HostError::Usage("send while a step is in flight: recv it first".into()));
         }
         let t = self.t.checked_add(1).ok_or_else(|| HostError::Usage("more than 2^31 steps since the reset".into()))?;
         let keys = self.step_keys(t)?;
@@ -163,23 +171,26 @@ impl HostEnv for PodEnv {
         args.extend([&a, &keys]);
         let mut outs = self.step.execute(&args)?;
         // outs: state.., t, obs, reward, terminated, truncated, final_obs
-        let k = self.n_state + 1;
-        let obs = download(&outs[k])?;
-        let reward = download(&outs[k + 1])?;
-        let terminated = download(&outs[k + 2])?;
-        let truncated = download(&outs[k + 3])?;
-        let final_obs = download(&outs[k + 4])?;
-        outs.truncate(k);
+        self.results = outs.split_off(self.n_state + 1);
         self.state = outs;
         self.t = t;
-        out.obs.copy_from_slice(&obs.to_bytes());
-        out.final_obs.copy_from_slice(&final_obs.to_bytes());
-        match &reward.data {
-            Data::F32(v) => out.reward.copy_from_slice(v),
+        Ok(())
+    }
+
+    fn recv(&mut self, out: &mut StepOut) -> Result<(), HostError> {
+        super::check_out(&self.spec, self.num_envs, out)?;
+        let [obs, reward, terminated, truncated, final_obs] = match std::mem::take(&mut self.results).try_into() {
+            Ok(r) => r,
+            Err(_) => return Err(HostError::Usage("recv without a step in flight: send first".into())),
+        };
+        out.obs.copy_from_slice(&download(&obs)?.to_bytes());
+        out.final_obs.copy_from_slice(&download(&final_obs)?.to_bytes());
+        match download(&reward)?.data {
+            Data::F32(v) => out.reward.copy_from_slice(&v),
             _ => return Err(HostError::Pod("the env's reward is not f32".into())),
         }
-        out.terminated.copy_from_slice(bools(&terminated)?);
-        out.truncated.copy_from_slice(bools(&truncated)?);
+        out.terminated.copy_from_slice(bools(&download(&terminated)?)?);
+        out.truncated.copy_from_slice(bools(&download(&truncated)?)?);
         Ok(())
     }
 }

@@ -32,6 +32,9 @@ pub struct WorkerPool {
     last_obs: Vec<u8>,
     /// The last fault, in words (also printed on stderr when it happens).
     last_fault: Option<String>,
+    /// A step sent and not yet received: its deadline, and the workers that failed
+    /// to take it.
+    in_flight: Option<(Instant, Vec<(usize, Fault)>)>,
 }
 
 impl WorkerPool {
@@ -63,6 +66,7 @@ impl WorkerPool {
             seed: 0,
             last_obs: vec![],
             last_fault: None,
+            in_flight: None,
         };
         // Launch all, then wait for each: the workers make their envs at the same time.
         let mut first = 0;
@@ -201,6 +205,9 @@ impl HostEnv for WorkerPool {
     /// convention for a vector env), whatever the number of workers.
     fn reset(&mut self, seed: u64, out: &mut StepOut) -> Result<(), HostError> {
         super::check_out(&self.spec, self.num_envs, out)?;
+        if self.in_flight.is_some() {
+            return Err(HostError::Usage("reset while a step is in flight: recv it first".into()));
+        }
         self.seed = seed;
         let mut faults = vec![];
         for (i, s) in self.slots.iter_mut().enumerate() {
@@ -227,17 +234,28 @@ impl HostEnv for WorkerPool {
         Ok(())
     }
 
-    fn step(&mut self, actions: &[i32], out: &mut StepOut) -> Result<(), HostError> {
-        super::check_step(&self.spec, self.num_envs, actions, out)?;
+    fn send(&mut self, actions: &[i32]) -> Result<(), HostError> {
+        super::check_actions(&self.spec, self.num_envs, actions)?;
+        if self.in_flight.is_some() {
+            return Err(HostError::Usage("send while a step is in flight: recv it first".into()));
+        }
         let mut faults = vec![];
-        // Send to all, then wait for each: the workers step at the same time.
+        // Send to all, then wait for each in `recv`: the workers step at the same time.
         for (i, s) in self.slots.iter_mut().enumerate() {
             let n = s.worker.num_envs;
             if let Err(f) = s.worker.send_step(&actions[s.first..s.first + n]) {
                 faults.push((i, f));
             }
         }
-        let deadline = Instant::now() + self.step_timeout;
+        self.in_flight = Some((Instant::now() + self.step_timeout, faults));
+        Ok(())
+    }
+
+    fn recv(&mut self, out: &mut StepOut) -> Result<(), HostError> {
+        super::check_out(&self.spec, self.num_envs, out)?;
+        let Some((deadline, mut faults)) = self.in_flight.take() else {
+            return Err(HostError::Usage("recv without a step in flight: send first".into()));
+        };
         for i in 0..self.slots.len() {
             if faults.iter().any(|(j, _)| *j == i) {
                 continue;
