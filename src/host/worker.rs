@@ -170,12 +170,11 @@ impl Worker {
     /// Reads the worker's spaces and shares the memory sized for them.
     pub fn handshake(&mut self, cfg: &WorkerConfig) -> Result<(), HostError> {
         let io = |what: &str, e: std::io::Error| HostError::Io(format!("cannot start an env worker: {what}: {e}"));
-        let w = self;
-        let line = match w.read_line(Instant::now() + cfg.start_timeout) {
+        let line = match self.read_line(Instant::now() + cfg.start_timeout) {
             Ok(l) => l,
             Err(fault) => {
-                let reason = format!("{} before reporting its spaces", w.describe(&fault));
-                let stderr = w.kill_and_tail();
+                let reason = format!("{} before reporting its spaces", self.describe(&fault));
+                let stderr = self.kill_and_tail();
                 return Err(HostError::Worker { worker: 0, reason, stderr });
             }
         };
@@ -191,13 +190,13 @@ impl Worker {
                 _ => HostError::Make { uri: cfg.uri.to_string(), message },
             });
         }
-        w.spec = parse_spec(&report, cfg.uri)?;
-        w.layout = Layout::new(cfg.num_envs, w.spec.obs_bytes());
-        w.shm.map(w.layout.size).map_err(|e| io("mapping the shared memory", e))?;
-        let mut line = w.layout.json().to_string();
+        self.spec = parse_spec(&report, cfg.uri)?;
+        self.layout = Layout::new(cfg.num_envs, self.spec.obs_bytes());
+        self.shm.map(self.layout.size).map_err(|e| io("mapping the shared memory", e))?;
+        let mut line = self.layout.json().to_string();
         line.push('\n');
-        if let Err(e) = w.chan.write_all(line.as_bytes()) {
-            let stderr = w.kill_and_tail();
+        if let Err(e) = self.chan.write_all(line.as_bytes()) {
+            let stderr = self.kill_and_tail();
             return Err(HostError::Worker {
                 worker: 0,
                 reason: format!("the worker went away at start-up: {e}"),
