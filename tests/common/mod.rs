@@ -5,6 +5,8 @@
 #![allow(dead_code)]
 
 pub mod env;
+pub mod generate;
+pub mod oracle;
 pub mod prims;
 pub mod rng;
 
