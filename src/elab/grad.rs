@@ -114,9 +114,14 @@ impl Elab<'_> {
             inner_params.iter().enumerate().flat_map(|(k, p)| p.vars.iter().map(move |_| k == 0)).collect();
         let param_vars: Vec<Var> = inner_params.iter().flat_map(|v| v.vars.iter().copied()).collect();
         self.stack.push(r);
+        let errors = self.diags.len();
         let out = self.inline(f, r.module, sizes, Default::default(), inner_params, &ret);
         self.stack.pop();
         let inner = std::mem::replace(&mut self.b, outer).expect("build mode");
+        // An error inside `f` (a derivative it takes itself) leaves it incomplete.
+        if self.diags.len() > errors {
+            return Val::error();
+        }
         let origins = inner.origins().to_vec();
         let n_aux = out.vars.len().saturating_sub(1);
         let func = inner.finish(&f.name.name, param_vars, out.vars);
