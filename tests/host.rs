@@ -466,3 +466,42 @@ fn envpool_same_step_auto_reset() {
     };
     assert_eq!(run(1), run(2));
 }
+
+/// Env steps per second through workers, next to the worker's backend class and the raw
+/// backend stepped in-process (`tests/fixtures/host/inprocess_rate.py`). A measurement,
+/// not a check:
+/// `cargo test --release --test host -- --ignored throughput --nocapture`.
+#[test]
+#[ignore = "a measurement; EnvPool rows need EnvPool in the cache venv"]
+fn throughput() {
+    let (envs, steps) = (64, 3000);
+    for (uri, workers) in [
+        ("gymnasium:CartPole-v1", 1),
+        ("gymnasium:CartPole-v1", 2),
+        ("envpool:CartPole-v1", 1),
+        ("envpool:CartPole-v1", 2),
+    ] {
+        let mut env = pool(uri, envs, workers);
+        let mut out = StepOut::new(env.spec(), envs);
+        env.reset(0, &mut out).unwrap();
+        let acts = actions(1, 64, envs, 2);
+        for a in &acts[..10] {
+            env.step(a, &mut out).unwrap();
+        }
+        let t0 = Instant::now();
+        for t in 0..steps {
+            env.step(&acts[t % acts.len()], &mut out).unwrap();
+        }
+        let rate = (envs * steps) as f64 / t0.elapsed().as_secs_f64();
+        let (backend, id) = uri.split_once(':').unwrap();
+        let py = Command::new(env.python())
+            .args(["tests/fixtures/host/inprocess_rate.py", backend, id, &envs.to_string(), &steps.to_string()])
+            .output()
+            .unwrap();
+        let inproc = String::from_utf8_lossy(&py.stdout);
+        let (class, raw) = inproc.trim().split_once(' ').unwrap_or(("?", "?"));
+        println!(
+            "{uri}, {envs} envs, {workers} worker(s): {rate:.0} steps/s; in-process: {class} (worker class), {raw} (raw)"
+        );
+    }
+}

@@ -128,6 +128,7 @@ class EnvPool:
 
         self.np, self.envpool, self.id, self.kwargs, self.n = np, envpool, env_id, kwargs, n
         self.seed = 0
+        self.ids = np.arange(n, dtype=np.int32)
         self.env = self.make(0)
         config = getattr(self.env.spec, "config", None)
         self.time_limit = getattr(config, "max_episode_steps", None)
@@ -144,27 +145,28 @@ class EnvPool:
             self.env = self.make(seed)
             self.seed = seed
         o, info = self.env.reset()
-        ids = info["env_id"]
-        obs[ids] = o.astype(obs.dtype, copy=False)
+        obs[info["env_id"]] = o
         final_obs[:] = obs
 
     def step(self, actions, obs, reward, terminated, truncated, final_obs):
         np = self.np
-        o, r, te, tr, info = self.env.step(actions.astype(np.int32), np.arange(self.n, dtype=np.int32))
+        o, r, te, tr, info = self.env.step(actions, self.ids)
         ids = info["env_id"]
         if self.time_limit:
-            tr = np.logical_or(tr, info["elapsed_step"] >= self.time_limit)
-        final_obs[ids] = o.astype(final_obs.dtype, copy=False)
-        obs[ids] = o.astype(obs.dtype, copy=False)
+            tr = tr | (info["elapsed_step"] >= self.time_limit)
+        if np.array_equal(ids, self.ids):  # the usual order: whole-slice copies are cheapest
+            ids = slice(None)
+        final_obs[ids] = o
+        obs[ids] = o
         reward[ids] = r
         terminated[ids] = te
         truncated[ids] = tr
-        done = ids[np.logical_or(te, tr)]
+        done = self.ids[ids][te | tr]
         if len(done):
-            o2, _, _, _, info2 = self.env.step(np.zeros(len(done), dtype=np.int32), done.astype(np.int32))
+            o2, _, _, _, info2 = self.env.step(np.zeros(len(done), dtype=np.int32), done)
             if np.any(info2["elapsed_step"] != 0):
                 raise RuntimeError("EnvPool did not reset finished envs when stepped alone")
-            obs[info2["env_id"]] = o2.astype(obs.dtype, copy=False)
+            obs[info2["env_id"]] = o2
 
 
 def main():
@@ -235,7 +237,8 @@ def main():
     while True:
         cmd = chan.recv(1)
         if cmd == b"S":
-            env.step(actions.astype(np.int64) + start, obs, reward, terminated, truncated, final_obs)
+            # The view itself when it can be: podc does not write while the worker steps.
+            env.step(actions + start if start else actions, obs, reward, terminated, truncated, final_obs)
             chan.sendall(b"s")
         elif cmd == b"R":
             env.reset(int(seed[0]), obs, final_obs)
