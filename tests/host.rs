@@ -465,6 +465,10 @@ fn envpool_same_step_auto_reset() {
         all
     };
     assert_eq!(run(1), run(2));
+    // A restarted worker's seeds are past 2**32; EnvPool's are int32.
+    let mut env = pool("envpool:CartPole-v1", 2, 1);
+    let mut out = StepOut::new(env.spec(), 2);
+    env.reset((3 << 32) + 5, &mut out).unwrap();
 }
 
 /// Env steps per second through workers, next to the worker's backend class and the raw

@@ -136,7 +136,10 @@ class EnvPool:
         self.act_space = self.env.action_space
 
     def make(self, seed):
-        return self.envpool.make(self.id, env_type="gymnasium", num_envs=self.n, seed=int(seed), **self.kwargs)
+        # EnvPool takes int32 seeds (env i gets seed + i); podc's are 64-bit, and a
+        # restarted worker's are past 2**32. Seeds below 2**31 - n are kept as they are.
+        seed = int(seed) % (2**31 - self.n)
+        return self.envpool.make(self.id, env_type="gymnasium", num_envs=self.n, seed=seed, **self.kwargs)
 
     def reset(self, seed, obs, final_obs):
         # EnvPool seeds env i with seed + i when it is made, so a new seed needs a new pool.
