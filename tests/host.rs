@@ -3,16 +3,16 @@
 //! (SIGKILL, exceptions, hangs, the restart bound), no worker outliving its parent, URIs
 //! and `podc env describe`.
 //!
-//! The Python tests use the Python podc would (`PODC_PYTHON`, `$VIRTUAL_ENV`, else the
-//! cache venv that podc makes on first use, which takes a minute once).
+//! The Python tests use the cache venv, made by podc's own code on first use (which takes
+//! a minute once), whatever `PODC_PYTHON` or `VIRTUAL_ENV` say.
 
 use podracer::array::{Array, Data};
 use podracer::host::pool::WorkerPool;
-use podracer::host::{EnvUri, HostEnv, HostError, Options, StepOut};
+use podracer::host::{Backend, EnvUri, HostEnv, HostError, Options, StepOut};
 use podracer::runtime::{Client, Runtime};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -24,8 +24,25 @@ fn client() -> &'static Client {
     CLIENT.get_or_init(|| Runtime::open(None, None).unwrap_or_else(|e| panic!("the pod: tests need PJRT: {e}")))
 }
 
-fn pool(uri: &str, num_envs: usize, workers: usize) -> WorkerPool {
+/// The cache venv, made (or extended) by podc's own code, with what `backend` needs: the
+/// tests name it explicitly so that a `PODC_PYTHON` or `VIRTUAL_ENV` of the caller's
+/// cannot change what they test.
+fn cache_python(backend: Backend) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let cache = podracer::runtime::plugin::cache_dir().unwrap();
+    podracer::host::python::cache_venv(&cache, backend).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Options with the cache venv's Python, for `backend`.
+fn options(backend: Backend, num_envs: usize) -> Options {
     let mut opts = Options::new(num_envs);
+    opts.python = Some(cache_python(backend));
+    opts
+}
+
+fn pool(uri: &str, num_envs: usize, workers: usize) -> WorkerPool {
+    let mut opts = options(EnvUri::parse(uri).unwrap().backend, num_envs);
     opts.env_workers = workers;
     WorkerPool::start(&EnvUri::parse(uri).unwrap(), &opts).unwrap_or_else(|e| panic!("{uri}: {e}"))
 }
@@ -38,7 +55,7 @@ fn faulty(
     timeout: Duration,
     max_restarts: u64,
 ) -> WorkerPool {
-    let mut opts = Options::new(num_envs);
+    let mut opts = options(Backend::Gymnasium, num_envs);
     opts.env_workers = workers;
     opts.env_import = vec![FAULTY.into()];
     opts.step_timeout = timeout;
@@ -373,7 +390,7 @@ fn holder_of_workers() {
 
 #[test]
 fn bad_envs_are_clear_errors() {
-    let mut opts = Options::new(2);
+    let mut opts = options(Backend::Gymnasium, 2);
     let err = |uri: &str, opts: &Options| podracer::host::open(uri, opts, None).err().expect(uri).to_string();
     let e = err("gymnasium:NoSuchEnv-v9", &opts);
     assert!(e.contains("cannot make `gymnasium:NoSuchEnv-v9`") && e.contains("NoSuchEnv"), "{e}");
@@ -407,7 +424,8 @@ fn missing_package_names_the_pip_command() {
 fn podc_env_describe() {
     let podc = env!("CARGO_BIN_EXE_podc");
     let run = |uri: &str| {
-        let o = Command::new(podc).args(["env", "describe", uri]).output().unwrap();
+        let python = cache_python(Backend::Gymnasium);
+        let o = Command::new(podc).args(["env", "describe", uri, "--python"]).arg(python).output().unwrap();
         assert!(o.status.success(), "{uri}: {}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8(o.stdout).unwrap()
     };
@@ -416,7 +434,9 @@ fn podc_env_describe() {
     let catch = run("pod:examples/envs/catch.pod");
     assert!(catch.ends_with("extern env Catch { observation: f32[10, 5], action: discrete(3), time_limit: 1000 }\n"));
     let fails = |args: &[&str], vars: &[(&str, &str)], says: &str| {
-        let o = Command::new(podc).args(args).envs(vars.iter().copied()).output().unwrap();
+        let mut cmd = Command::new(podc);
+        cmd.args(args).env_remove("PODC_PYTHON").env_remove("VIRTUAL_ENV").envs(vars.iter().copied());
+        let o = cmd.output().unwrap();
         assert_eq!(o.status.code(), Some(1), "{args:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains(says) && !err.contains("panicked"), "{args:?}: {err}");
