@@ -118,13 +118,13 @@ fn gymnasium_through_workers_equals_in_process() {
 
     let mut out = StepOut::new(env.spec(), n);
     env.reset(seed, &mut out).unwrap();
-    assert_eq!(f32s(&out.obs_array(env.spec())), flat(&want["reset"]));
+    assert_eq!(f32s(&out.obs_array(env.spec()).unwrap()), flat(&want["reset"]));
     let (mut terminated, mut truncated) = (0, 0);
     for (t, a) in acts.iter().enumerate() {
         env.step(a, &mut out).unwrap();
         let w = &want["steps"][t];
-        assert_eq!(f32s(&out.obs_array(env.spec())), flat(&w["obs"]), "obs at step {t}");
-        assert_eq!(f32s(&out.final_obs_array(env.spec())), flat(&w["final_obs"]), "final_obs at step {t}");
+        assert_eq!(f32s(&out.obs_array(env.spec()).unwrap()), flat(&w["obs"]), "obs at step {t}");
+        assert_eq!(f32s(&out.final_obs_array(env.spec()).unwrap()), flat(&w["final_obs"]), "final_obs at step {t}");
         assert_eq!(out.reward, flat(&w["reward"]), "reward at step {t}");
         assert_eq!(out.terminated, bools(&w["terminated"]), "terminated at step {t}");
         assert_eq!(out.truncated, bools(&w["truncated"]), "truncated at step {t}");
@@ -206,7 +206,7 @@ fn pod_equals_device_step(file: &str, steps: usize) {
     let mut states: Vec<Vec<Array>> = (0..b)
         .map(|i| {
             let o = run(&reset, &[row(&k0, i)]);
-            assert_eq!(o[n_state + 1], row(&out.obs_array(&spec), i), "reset obs of env {i}");
+            assert_eq!(o[n_state + 1], row(&out.obs_array(&spec).unwrap(), i), "reset obs of env {i}");
             o[..n_state + 1].to_vec()
         })
         .collect();
@@ -220,11 +220,11 @@ fn pod_equals_device_step(file: &str, steps: usize) {
             let o = run(&step, &args);
             // o: state.., t, obs, reward, terminated, truncated, final_obs
             let k = n_state + 1;
-            assert_eq!(o[k], row(&out.obs_array(&spec), i), "obs of env {i} at step {t}");
+            assert_eq!(o[k], row(&out.obs_array(&spec).unwrap(), i), "obs of env {i} at step {t}");
             assert_eq!(o[k + 1], Array::f32(vec![], vec![out.reward[i]]), "reward of env {i} at step {t}");
             assert_eq!(o[k + 2].data, Data::Bool(vec![out.terminated[i]]), "terminated of env {i} at step {t}");
             assert_eq!(o[k + 3].data, Data::Bool(vec![out.truncated[i]]), "truncated of env {i} at step {t}");
-            assert_eq!(o[k + 4], row(&out.final_obs_array(&spec), i), "final_obs of env {i} at step {t}");
+            assert_eq!(o[k + 4], row(&out.final_obs_array(&spec).unwrap(), i), "final_obs of env {i} at step {t}");
             ended += usize::from(out.done(i));
             states[i] = o[..k].to_vec();
         }
@@ -467,7 +467,8 @@ fn envpool_same_step_auto_reset() {
             let prev = out.clone();
             env.step(&a, &mut out).unwrap();
             for i in 0..4 {
-                let (o, f) = (row(&out.obs_array(env.spec()), i), row(&out.final_obs_array(env.spec()), i));
+                let (o, f) =
+                    (row(&out.obs_array(env.spec()).unwrap(), i), row(&out.final_obs_array(env.spec()).unwrap(), i));
                 if out.done(i) {
                     // A fresh CartPole state: every component within ±0.05.
                     assert!(f32s(&o).iter().all(|x| x.abs() <= 0.05), "{o:?}");
@@ -475,7 +476,7 @@ fn envpool_same_step_auto_reset() {
                 } else {
                     assert_eq!(o, f);
                 }
-                assert_ne!(f, row(&prev.obs_array(env.spec()), i), "every env moved");
+                assert_ne!(f, row(&prev.obs_array(env.spec()).unwrap(), i), "every env moved");
             }
             te += out.terminated.iter().filter(|&&x| x).count();
             tr += out.truncated.iter().filter(|&&x| x).count();

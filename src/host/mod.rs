@@ -90,12 +90,12 @@ impl StepOut {
     }
 
     /// The observations as an array `[num_envs, ..obs shape]`.
-    pub fn obs_array(&self, spec: &EnvSpec) -> Array {
+    pub fn obs_array(&self, spec: &EnvSpec) -> Result<Array, HostError> {
         batch_array(spec, &self.obs)
     }
 
     /// The final observations as an array `[num_envs, ..obs shape]`.
-    pub fn final_obs_array(&self, spec: &EnvSpec) -> Array {
+    pub fn final_obs_array(&self, spec: &EnvSpec) -> Result<Array, HostError> {
         batch_array(spec, &self.final_obs)
     }
 
@@ -105,12 +105,13 @@ impl StepOut {
     }
 }
 
-fn batch_array(spec: &EnvSpec, bytes: &[u8]) -> Array {
+fn batch_array(spec: &EnvSpec, bytes: &[u8]) -> Result<Array, HostError> {
     let n = bytes.len() / spec.obs_bytes().max(1);
     let mut shape = vec![n];
     shape.extend(&spec.obs.shape);
     let ty = ArrayTy::new(spec.obs.dtype, shape);
-    Array::from_bytes(&ty, bytes).expect("StepOut buffers are sized from the spec")
+    Array::from_bytes(&ty, bytes)
+        .ok_or_else(|| HostError::Usage(format!("{} bytes are not whole observations of {spec}", bytes.len())))
 }
 
 /// A batch of environments on the host with same-step auto-reset.

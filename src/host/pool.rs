@@ -137,8 +137,9 @@ impl WorkerPool {
     }
 
     /// Replaces slot `i`'s failed worker by a fresh one, reset. Each attempt counts
-    /// against the bound, so a worker that keeps failing ends in an error.
-    fn restart(&mut self, i: usize, fault: Fault) -> Result<(), HostError> {
+    /// against the bound, so a worker that keeps failing ends in an error. `in_step`: the
+    /// fault interrupted a step (rather than a reset), which the caller records.
+    fn restart(&mut self, i: usize, fault: Fault, in_step: bool) -> Result<(), HostError> {
         let mut fault = fault;
         loop {
             let s = &mut self.slots[i];
@@ -151,9 +152,10 @@ impl WorkerPool {
             self.restarts += 1;
             let report = format!("env worker {i} (envs {lo}..{hi}) failed: {reason}");
             eprintln!(
-                "podc: {report}; restarting it ({} of at most {} restarts); its envs' step is recorded as truncated{}",
+                "podc: {report}; restarting it ({} of at most {} restarts){}{}",
                 self.restarts,
                 self.max_restarts,
+                if in_step { "; its envs' step is recorded as truncated" } else { "" },
                 if stderr.trim().is_empty() {
                     String::new()
                 } else {
@@ -225,7 +227,7 @@ impl HostEnv for WorkerPool {
             }
         }
         for (i, f) in faults {
-            self.restart(i, f)?;
+            self.restart(i, f, false)?;
         }
         for i in 0..self.slots.len() {
             self.collect(i, out);
@@ -267,7 +269,7 @@ impl HostEnv for WorkerPool {
         }
         let ob = self.spec.obs_bytes();
         for (i, f) in faults {
-            self.restart(i, f)?;
+            self.restart(i, f, true)?;
             let s = &self.slots[i];
             let (lo, hi) = (s.first, s.first + s.worker.num_envs);
             // The interrupted step: truncated, its final observation the last one seen,
