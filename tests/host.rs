@@ -425,12 +425,16 @@ fn podc_env_describe() {
     let podc = env!("CARGO_BIN_EXE_podc");
     let run = |uri: &str| {
         let python = cache_python(Backend::Gymnasium);
-        let o = Command::new(podc).args(["env", "describe", uri, "--python"]).arg(python).output().unwrap();
+        let mut cmd = Command::new(podc);
+        cmd.args(["env", "describe"]).args(uri.split(' ')).arg("--python").arg(python);
+        let o = cmd.output().unwrap();
         assert!(o.status.success(), "{uri}: {}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8(o.stdout).unwrap()
     };
     let acrobot = run("gymnasium:Acrobot-v1");
     assert!(acrobot.ends_with("extern env AcrobotV1 { observation: f32[6], action: discrete(3), time_limit: 500 }\n"));
+    let faulty = run(&format!("gymnasium:PodTest/Faulty-v0 --env-import {FAULTY}"));
+    assert!(faulty.ends_with("extern env FaultyV0 { observation: f32[4], action: discrete(2), time_limit: 500 }\n"));
     let catch = run("pod:examples/envs/catch.pod");
     assert!(catch.ends_with("extern env Catch { observation: f32[10, 5], action: discrete(3), time_limit: 1000 }\n"));
     let fails = |args: &[&str], vars: &[(&str, &str)], says: &str| {
