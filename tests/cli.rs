@@ -119,3 +119,15 @@ fn build_shows_an_agents_anakin_programs() {
     // The train program's state (7 arrays) is donated to its results.
     assert_eq!(text.matches("tf.aliasing_output").count(), 7, "{text}");
 }
+
+#[test]
+fn an_extern_env_checks_and_needs_a_host_env_to_run() {
+    let file = "tests/agents/extern_pong.pod";
+    let ok = podc(&["check", file]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
+    for args in [&["train", file, "--total-steps", "64"][..], &["sim", file]] {
+        let o = podc(args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("E0307") && stderr(&o).contains("--env URI"), "{args:?}: {}", stderr(&o));
+    }
+}

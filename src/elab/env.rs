@@ -112,6 +112,9 @@ impl Elab<'_> {
                 }
             }
         }
+        if e.external {
+            return self.check_extern_env(e, observation, n_actions, time_limit);
+        }
         let mut fns: HashMap<&str, &ast::Fn> = HashMap::new();
         for f in &e.fns {
             if let Some(prev) = fns.get(f.name.name.as_str()) {
@@ -202,6 +205,36 @@ impl Elab<'_> {
         })
     }
 
+    /// An `extern env`: spaces only, no functions (its state lives on the host).
+    fn check_extern_env(
+        &mut self,
+        e: &ast::Env,
+        observation: Option<Ty>,
+        n_actions: Option<u64>,
+        time_limit: Option<u64>,
+    ) -> Option<EnvInfo> {
+        for f in &e.fns {
+            let detail = "an `extern env` declares spaces only: the host steps it".to_string();
+            self.err(TypeError::EnvMember { detail, span: f.name.span });
+        }
+        for (m, found) in [("observation", observation.is_some()), ("action", n_actions.is_some())] {
+            if !found && !e.members.iter().any(|x| x.name.name == m) {
+                let (env, what) = (format!("env `{}`", e.name.name), format!("`{m}`"));
+                self.err(TypeError::EnvMissing { env, what, span: e.name.span, help: None });
+            }
+        }
+        if !e.fns.is_empty() {
+            return None;
+        }
+        Some(EnvInfo {
+            name: e.name.name.clone(),
+            observation: observation?,
+            n_actions: n_actions?,
+            time_limit,
+            state: Ty::unit(),
+        })
+    }
+
     /// A non-generic function's parameter and result types.
     pub(super) fn signature_types(&mut self, f: &ast::Fn) -> (Vec<Ty>, Ty) {
         let saved = std::mem::take(&mut self.sizes);
@@ -279,6 +312,9 @@ pub fn build_env(prog: &Program, name: &str) -> Result<EnvFuncs, Box<Diag>> {
         cx.module = r.module;
         cx.check_env(e).ok_or_else(|| Box::new(cx.diags.first().cloned().unwrap_or_else(|| no_env(prog, name))))?
     };
+    if e.external {
+        return Err(Box::new(TypeError::ExternEnv { name: e.name.name.clone(), span: e.name.span }.into_diag()));
+    }
     let reset = derive(prog, r, e, &info, Derived::Reset)?;
     let step = derive(prog, r, e, &info, Derived::Step)?;
     let raw_step = derive(prog, r, e, &info, Derived::RawStep)?;

@@ -88,6 +88,8 @@ pub struct Fn {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Env {
     pub name: Ident,
+    /// `extern env`: a host environment's spaces, stepped by the Sebulba driver; no functions.
+    pub external: bool,
     pub members: Vec<EnvMember>,
     pub fns: Vec<Fn>,
     pub span: Span,

@@ -111,8 +111,8 @@ pub(crate) struct EnvBody {
 }
 
 impl EnvBody {
-    pub(crate) fn into_env(self, name: Ident, span: Span) -> Env {
-        Env { name, members: self.members, fns: self.fns, span }
+    pub(crate) fn into_env(self, name: Ident, external: bool, span: Span) -> Env {
+        Env { name, external, members: self.members, fns: self.fns, span }
     }
 }
 
@@ -263,7 +263,15 @@ impl ErrorContext<'_, '_> {
             // (or for an item keyword, which cannot be inside braces, except `fn` right in an env)
             (
                 Some((lo, Tok::LBrace, hi)),
-                Tok::RParen | Tok::RBracket | Tok::Fn | Tok::Env | Tok::Agent | Tok::Struct | Tok::Const | Tok::Use,
+                Tok::RParen
+                | Tok::RBracket
+                | Tok::Fn
+                | Tok::Env
+                | Tok::Extern
+                | Tok::Agent
+                | Tok::Struct
+                | Tok::Const
+                | Tok::Use,
             ) if has(expected, "}") => diag.with_label(Span::new(self.file, lo, hi), "unclosed delimiter"),
             _ => diag,
         };
@@ -484,6 +492,7 @@ fn nesting_bound(tokens: &[Spanned<'_>]) -> Option<(usize, usize)> {
             | Tok::Let
             | Tok::Fn
             | Tok::Env
+            | Tok::Extern
             | Tok::Agent
             | Tok::Struct
             | Tok::Const

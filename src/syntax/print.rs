@@ -180,7 +180,7 @@ fn item_doc(item: &Item) -> Doc {
         }
         Item::Fn(f) => fn_doc(f),
         Item::Env(e) => {
-            let mut items = vec![atom("env"), atom(&e.name.name)];
+            let mut items = vec![atom(if e.external { "extern env" } else { "env" }), atom(&e.name.name)];
             items.extend(e.members.iter().map(|m| atom(format!("({}: {})", m.name.name, print_env_spec(&m.spec)))));
             items.extend(e.fns.iter().map(fn_doc));
             Doc::List { force: items.len() > 2, items, head: 2 }

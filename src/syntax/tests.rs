@@ -160,6 +160,7 @@ fn envs() {
         }
         env Empty {}
         env Fns { fn a() -> f32 { 1.0 } fn b() -> f32 { a() } }
+        extern env Pong { observation: f32[128], action: discrete(6), time_limit: 27000 }
         fn after() -> f32 { 1.0 }
     "));
 }
@@ -403,7 +404,7 @@ fn messages() {
             Some("a struct literal in an `if` condition or a `for` header needs parentheses: `(S { .. })`"),
         ),
         ("fn 1", "expected an identifier, found integer `1`", None),
-        ("let x = 1;", "expected one of `agent`, `const`, `env`, `fn`, `struct` or `use`, found keyword `let`", None),
+        ("let x = 1;", "expected one of `agent`, `const`, `env`, `extern`, `fn`, `struct` or `use`, found keyword `let`", None),
         (
             "env E { let x = 1; }",
             "expected a member (`name: type`) or `fn`, found keyword `let`",

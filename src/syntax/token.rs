@@ -56,6 +56,8 @@ pub enum Tok<'s> {
     Env,
     #[token("agent")]
     Agent,
+    #[token("extern")]
+    Extern,
     #[token("let")]
     Let,
     #[token("if")]
@@ -211,6 +213,7 @@ impl Tok<'_> {
                 | Tok::Fn
                 | Tok::Env
                 | Tok::Agent
+                | Tok::Extern
                 | Tok::Let
                 | Tok::If
                 | Tok::Else

@@ -177,6 +177,11 @@ pub enum TypeError {
         detail: String,
         span: Span,
     },
+    /// An `extern env` where its steps are needed (`podc sim`, Anakin training).
+    ExternEnv {
+        name: String,
+        span: Span,
+    },
     RolloutMismatch {
         detail: String,
         span: Span,
@@ -379,6 +384,11 @@ impl TypeError {
             }
             E::EnvMember { detail, span } => Diag::new("E0303", "invalid env declaration", span, detail),
             E::AgentMember { detail, span } => Diag::new("E0305", "invalid agent declaration", span, detail),
+            E::ExternEnv { name, span } => {
+                Diag::new("E0307", format!("env `{name}` is `extern`: it has no steps to compile"), span, "declared here")
+                    .with_note("an `extern env` declares a host environment's spaces; the host steps it")
+                    .with_help("train on the host environment with `podc train AGENT.pod --env URI`")
+            }
             E::RolloutMismatch { detail, span } => {
                 Diag::new("E0306", "the rollout does not fit the agent's `update`", span, detail).with_help(
                     "choose `--rollout` and `--envs` (per device: `--envs` / `--devices`) to fit the agent's trajectory",
