@@ -435,6 +435,12 @@ fn podc_env_describe() {
     assert!(acrobot.ends_with("extern env AcrobotV1 { observation: f32[6], action: discrete(3), time_limit: 500 }\n"));
     let faulty = run(&format!("gymnasium:PodTest/Faulty-v0 --env-import {FAULTY}"));
     assert!(faulty.ends_with("extern env FaultyV0 { observation: f32[4], action: discrete(2), time_limit: 500 }\n"));
+    // What it prints is a declaration `podc check` accepts.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("acrobot.pod");
+    std::fs::write(&file, &acrobot).unwrap();
+    let check = Command::new(podc).arg("check").arg(&file).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
     let catch = run("pod:examples/envs/catch.pod");
     assert!(catch.ends_with("extern env Catch { observation: f32[10, 5], action: discrete(3), time_limit: 1000 }\n"));
     let fails = |args: &[&str], vars: &[(&str, &str)], says: &str| {

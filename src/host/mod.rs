@@ -248,9 +248,9 @@ pub enum HostError {
     Uri(String),
     #[error("{0}")]
     Usage(String),
-    /// No usable Python, or the cache venv could not be made.
-    #[error("{reason}\n  to fix it, run: {command}")]
-    Python { reason: String, command: String },
+    /// No usable Python, or the cache venv could not be made; `fix` says what to do.
+    #[error("{reason}\n  {fix}")]
+    Python { reason: String, fix: String },
     /// The named Python lacks a package a backend needs.
     #[error("{python} cannot import `{module}` (needed by `{backend}:` envs)\n  to install it, run: {command}")]
     MissingPackage { python: String, module: String, backend: String, command: String },

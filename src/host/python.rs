@@ -53,7 +53,7 @@ pub fn find(explicit: Option<&Path>, backend: Backend) -> Result<PathBuf, HostEr
     }
     let cache = crate::runtime::plugin::cache_dir().map_err(|e| HostError::Python {
         reason: e.to_string(),
-        command: format!("set {PYTHON_ENV}=/path/to/python (with {})", requirements(backend).join(" ")),
+        fix: format!("set {PYTHON_ENV} to a Python that has {}", requirements(backend).join(" ")),
     })?;
     cache_venv(&cache, backend)
 }
@@ -61,9 +61,15 @@ pub fn find(explicit: Option<&Path>, backend: Backend) -> Result<PathBuf, HostEr
 /// A bare name (`python3`) is looked up on PATH when the worker starts; a path must exist.
 fn existing(p: &Path, origin: &str) -> Result<PathBuf, HostError> {
     if p.components().count() > 1 && !p.exists() {
+        let pins = requirements(Backend::Gymnasium).join(" ");
+        let fix = match origin {
+            "--python" => format!("pass --python a Python that has {pins}"),
+            "VIRTUAL_ENV" => "activate an existing virtual environment, or deactivate it to use podc's own".into(),
+            _ => format!("set {origin} to a Python that has {pins}, or unset it to use podc's own"),
+        };
         return Err(HostError::Python {
             reason: format!("the Python given by {origin} ({}) does not exist", p.display()),
-            command: format!("point {origin} at a Python with {}", requirements(Backend::Gymnasium).join(" ")),
+            fix,
         });
     }
     Ok(p.to_path_buf())
@@ -94,11 +100,11 @@ pub fn cache_venv(cache: &Path, backend: Backend) -> Result<PathBuf, HostError> 
         return Ok(python);
     }
     let manual = format!(
-        "python3 -m venv {0} && {0}/bin/python -m pip install {1}   (or set {PYTHON_ENV} to a Python that has them)",
+        "to make it yourself, run: python3 -m venv {0} && {0}/bin/python -m pip install {1}\n  or set {PYTHON_ENV} to a Python that has them",
         dir.display(),
         wanted.join(" ")
     );
-    let fail = |reason: String| HostError::Python { reason, command: manual.clone() };
+    let fail = |reason: String| HostError::Python { reason, fix: manual.clone() };
     fs::create_dir_all(cache).map_err(|e| fail(format!("cannot create the cache {}: {e}", cache.display())))?;
     let lock = File::create(cache.join(".python-envs.lock"))
         .map_err(|e| fail(format!("cannot create a lock file in {}: {e}", cache.display())))?;

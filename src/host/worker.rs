@@ -133,7 +133,7 @@ impl Worker {
         let mut child = cmd.spawn().map_err(|e| match e.kind() {
             ErrorKind::NotFound => HostError::Python {
                 reason: format!("Python `{}` was not found", cfg.python.display()),
-                command: "pass --python PATH, or set PODC_PYTHON".into(),
+                fix: "pass --python PATH, or set PODC_PYTHON".into(),
             },
             _ => io(&format!("running {}", cfg.python.display()), e),
         })?;
