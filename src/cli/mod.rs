@@ -89,6 +89,8 @@ enum Command {
         /// No progress bar or summary.
         #[arg(long, short)]
         quiet: bool,
+        #[command(flatten)]
+        sebulba: train::SebulbaFlags,
     },
     /// Host environments (Gymnasium, EnvPool, `.pod` stepped on the host).
     #[command(subcommand)]
@@ -137,9 +139,11 @@ enum Bench {
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
         runs: u64,
         /// Print one JSON object: `{"compile_s", "steps_per_sec", "runs", "envs", "rollout",
-        /// "updates_per_call", "devices"}`.
+        /// "updates_per_call", "devices"}` (Sebulba adds its idle fractions).
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        sebulba: train::SebulbaFlags,
     },
 }
 
@@ -174,7 +178,8 @@ struct ShapeArgs {
     /// The agent to train (default: the file's only one).
     #[arg(long)]
     agent: Option<String>,
-    /// The architecture; only `anakin` (envs written in `.pod`) for now.
+    /// `anakin` (a `.pod` env stepped inside the device program) or `sebulba` (host envs
+    /// stepped by actor threads; implied by `--env`).
     #[arg(long, value_enum, default_value = "anakin")]
     arch: Arch,
     /// Environments, split evenly over the devices.
@@ -194,11 +199,16 @@ struct ShapeArgs {
 #[derive(Clone, Copy, ValueEnum)]
 enum Arch {
     Anakin,
+    Sebulba,
 }
 
 impl ShapeArgs {
+    /// The Sebulba flags when the run is Sebulba's.
+    fn sebulba(&self, flags: train::SebulbaFlags) -> Option<train::SebulbaFlags> {
+        (matches!(self.arch, Arch::Sebulba) || flags.env.is_some()).then_some(flags)
+    }
+
     fn sizes(&self) -> train::Sizes {
-        let Arch::Anakin = self.arch;
         train::Sizes {
             envs: self.envs,
             rollout: self.rollout,
@@ -250,7 +260,7 @@ pub fn main(cli: Cli) -> ExitCode {
             env::BenchArgs { file: &file, env: env.as_deref(), envs, steps, devices, runs: runs as usize, json },
             cli.plugin.as_deref(),
         ),
-        Command::Train { file, shape, total_steps, seed, out, resume, checkpoint_every, quiet } => train::train(
+        Command::Train { file, shape, total_steps, seed, out, resume, checkpoint_every, quiet, sebulba } => train::train(
             train::TrainArgs {
                 file,
                 agent: shape.agent.clone(),
@@ -261,11 +271,19 @@ pub fn main(cli: Cli) -> ExitCode {
                 resume,
                 checkpoint_every,
                 quiet,
+                sebulba: shape.sebulba(sebulba),
             },
             cli.plugin.as_deref(),
         ),
-        Command::Bench(Bench::Train { file, shape, runs, json }) => train::bench(
-            train::BenchTrainArgs { file, agent: shape.agent.clone(), sizes: shape.sizes(), runs: runs as usize, json },
+        Command::Bench(Bench::Train { file, shape, runs, json, sebulba }) => train::bench(
+            train::BenchTrainArgs {
+                file,
+                agent: shape.agent.clone(),
+                sizes: shape.sizes(),
+                runs: runs as usize,
+                json,
+                sebulba: shape.sebulba(sebulba),
+            },
             cli.plugin.as_deref(),
         ),
         Command::Env(EnvCmd::Describe { uri, host }) => {

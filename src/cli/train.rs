@@ -11,12 +11,15 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+mod sebulba;
+
 /// `podc train`'s default `--envs` and `--updates-per-call`.
 pub const DEFAULT_ENVS: usize = 32;
 pub const DEFAULT_UPDATES_PER_CALL: usize = 10;
 
 /// The sizes given on the command line; the rollout defaults to the one the agent fixes,
 /// else 16.
+#[derive(Clone, Copy)]
 pub struct Sizes {
     pub envs: usize,
     pub rollout: Option<usize>,
@@ -25,7 +28,7 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    fn shape(&self, prog: &Program, agent: &str) -> RunShape {
+    pub(super) fn shape(&self, prog: &Program, agent: &str) -> RunShape {
         let rollout = self.rollout.or_else(|| crate::elab::agent::fixed_rollout(prog, agent)).unwrap_or(16);
         RunShape { envs: self.envs, rollout, updates_per_call: self.updates_per_call, devices: self.devices }
     }
@@ -42,6 +45,8 @@ pub struct TrainArgs {
     /// Checkpoint every this many calls (and at the end).
     pub checkpoint_every: u64,
     pub quiet: bool,
+    /// Set when the run is Sebulba's (`--env URI` or `--arch sebulba`).
+    pub sebulba: Option<SebulbaFlags>,
 }
 
 /// An agent's Anakin programs at `podc train`'s default sizes, for `podc build`.
@@ -56,8 +61,41 @@ pub fn anakin_programs_at_defaults(prog: &Program, agent: &str) -> Result<Anakin
     Ok(anakin_programs(prog, &agent, &env, per_device))
 }
 
+/// The flags of the Sebulba driver (`podc train --env URI`).
+#[derive(clap::Args, Clone)]
+pub struct SebulbaFlags {
+    /// Train on a host env: `gymnasium:ID[?k=v&..]`, `envpool:ID[?..]` or
+    /// `pod:FILE.pod[?env=NAME]` (the Sebulba driver). Must match the agent's env.
+    #[arg(long, value_name = "URI")]
+    pub env: Option<String>,
+    /// Actor threads (Sebulba; default 2 per actor device), each with `--envs / threads` envs.
+    #[arg(long)]
+    pub actor_threads: Option<usize>,
+    /// Devices the actors run the policy on (Sebulba), e.g. `0` or `0,1`.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub actor_devices: Vec<usize>,
+    /// Devices the learner is replicated over (Sebulba); may be the actors' own.
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub learner_devices: Vec<usize>,
+    /// Let actors use the newest policy, at most N updates behind the learner (Sebulba;
+    /// default: exactly one behind, which keeps runs deterministic).
+    #[arg(long, value_name = "N")]
+    pub max_policy_lag: Option<u64>,
+    /// Worker processes per half-batch of host envs (Python backends).
+    #[arg(long, default_value_t = 1)]
+    pub env_workers: usize,
+    /// The Python for env workers (else `PODC_PYTHON`, else `$VIRTUAL_ENV`, else a venv
+    /// with pinned packages that podc makes in its cache on first use).
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// A module the workers import before making their envs (e.g. one that registers
+    /// Gymnasium envs): a dotted name (found from the working directory) or a `.py` file.
+    #[arg(long = "env-import", value_name = "MODULE")]
+    pub env_import: Vec<String>,
+}
+
 /// The program, the agent's name and the run's sizes.
-fn prepare(file: &Path, agent: Option<&str>, sizes: &Sizes) -> Result<(Program, String, RunShape), Failure> {
+pub(super) fn prepare(file: &Path, agent: Option<&str>, sizes: &Sizes) -> Result<(Program, String, RunShape), Failure> {
     let prog = load(file)?;
     let agent = pick_agent(&prog, agent).map_err(|m| format!("`{}`: {m}", file.display()))?;
     let shape = sizes.shape(&prog, &agent);
@@ -80,7 +118,7 @@ fn trainer<'c>(
 }
 
 /// The run's settings that a resumed run must share.
-fn config(a: &TrainArgs, agent: &str, shape: RunShape) -> Value {
+pub(super) fn config(a: &TrainArgs, agent: &str, shape: RunShape) -> Value {
     json!({
         "file": a.file.display().to_string(),
         "agent": agent,
@@ -93,6 +131,9 @@ fn config(a: &TrainArgs, agent: &str, shape: RunShape) -> Value {
 }
 
 pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+    if a.sebulba.is_some() {
+        return sebulba::train(a, plugin);
+    }
     let (prog, agent, shape) = prepare(&a.file, a.agent.as_deref(), &a.sizes)?;
     let cfg = config(&a, &agent, shape);
     // A checkpoint to resume from is read, and its flags compared, before compiling.
@@ -188,11 +229,15 @@ pub struct BenchTrainArgs {
     pub sizes: Sizes,
     pub runs: usize,
     pub json: bool,
+    pub sebulba: Option<SebulbaFlags>,
 }
 
 /// Compile time, then env steps per second (learning included) as the median of
 /// `runs` timed calls after a warm-up call.
 pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+    if a.sebulba.is_some() {
+        return sebulba::bench(a, plugin);
+    }
     let (prog, agent, shape) = prepare(&a.file, a.agent.as_deref(), &a.sizes)?;
     let client = Runtime::open(plugin, Some(shape.devices))?;
     let mut t = trainer(&client, &prog, &agent, shape)?;

@@ -5,7 +5,9 @@
 //! - `fn init(key: Key) -> L`: the learner state, any record (parameters and optimiser
 //!   state), so that checkpoints name every array by its field path;
 //! - `fn act(l: L, obs: OBS, key: Key) -> i32`: an action for one observation (the driver
-//!   batches it over the environments);
+//!   batches it over the environments); or `-> (i32, B)` with `B` a struct of `f32` arrays
+//!   (say the action's log-probability, or the logits), which the driver records as
+//!   `traj.behaviour` so that `update` can correct for the policy the actions came from;
 //! - `fn update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M)`: one learning
 //!   step from a rollout of `T` steps of `B` environments, with metrics `M`, a struct of
 //!   `f32` scalars (reported by field name). With several devices each runs `update` on
@@ -15,7 +17,8 @@
 //! `obs: OBS[T, B]`, `action: i32[T, B]`, `reward: f32[T, B]`, `terminated`,
 //! `truncated: bool[T, B]`, `final_obs: OBS[T, B]` (the observation each step ended in,
 //! before an auto-reset: what to bootstrap a truncated episode from) and
-//! `last_obs: OBS[B]` (the observation after the last step, to bootstrap from).
+//! `last_obs: OBS[B]` (the observation after the last step, to bootstrap from), and, when
+//! `act` returns `(i32, B)`, `behaviour`: `B` with every field stacked to `[T, B, ..]`.
 
 use super::env::EnvInfo;
 use super::{Elab, TypeSubst, Val};
@@ -32,6 +35,8 @@ use std::rc::Rc;
 
 /// The built-in record of a rollout.
 pub(crate) const TRAJECTORY: &str = "Trajectory";
+/// The built-in record of `traj.behaviour` (the behaviour record stacked over `[T, B]`).
+const BEHAVIOUR: &str = "Trajectory.behaviour";
 
 /// What the checker learned about an agent.
 pub struct AgentInfo {
@@ -41,6 +46,38 @@ pub struct AgentInfo {
     pub learner: Ty,
     /// The metrics `M` that `update` returns.
     pub metrics: Ty,
+    /// The struct `B` of `act -> (i32, B)`, if `act` returns one.
+    pub behaviour: Option<Ty>,
+}
+
+impl AgentInfo {
+    /// What `Trajectory<T, B>` is made for (see [`traj_key`]).
+    pub(crate) fn traj_key(&self) -> Ty {
+        traj_key(&self.env.observation, self.behaviour.as_ref())
+    }
+}
+
+/// The type the built-in `Trajectory` is made for: the observation, or with a behaviour
+/// record `(observation, B)`. It is what `Elab::trajectory` holds while an agent is checked.
+pub(crate) fn traj_key(obs: &Ty, behaviour: Option<&Ty>) -> Ty {
+    match behaviour {
+        Some(b) => Ty::Tuple(vec![obs.clone(), b.clone()]),
+        None => obs.clone(),
+    }
+}
+
+/// The record `B` of `act -> (i32, B)`: a struct (without size parameters) of `f32` arrays.
+fn behaviour_of(ret: &Ty) -> Option<&Ty> {
+    match ret {
+        Ty::Tuple(ts) if ts.len() == 2 && ts[0] == Ty::scalar(DType::I32) => match &ts[1] {
+            b @ Ty::Struct(def, args) if !Ty::struct_fields(def, args).is_empty() => Ty::struct_fields(def, args)
+                .iter()
+                .all(|(_, t)| matches!(t, Ty::Array(DType::F32, d) if d.iter().all(|d| matches!(d, Dim::Known(_)))))
+                .then_some(b),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// An agent's functions, built for `B` environments per device and rollouts of `T` steps.
@@ -48,10 +85,10 @@ pub struct AgentFuncs {
     pub info: AgentInfo,
     /// `(key) -> L`.
     pub init: Func,
-    /// `(L.., obs, key) -> action`.
+    /// `(L.., obs, key) -> (action, behaviour..)`.
     pub act: Func,
     /// `(L.., obs[T, B], action, reward, terminated, truncated, final_obs[T, B], last_obs[B],
-    /// key) -> (L.., M..)`.
+    /// behaviour[T, B].., key) -> (L.., M..)`.
     pub update: Func,
 }
 
@@ -64,14 +101,19 @@ fn signature(name: &str, learner: &str, obs: &str) -> String {
 }
 
 impl Elab<'_> {
-    /// The built-in `Trajectory<T, B>` for observations of type `obs`.
-    pub(super) fn trajectory_def(&self, obs: &Ty) -> Rc<StructDef> {
+    /// The built-in `Trajectory<T, B>` for a [`traj_key`]: the observation's type, and the
+    /// behaviour record if `act` returns one.
+    pub(super) fn trajectory_def(&self, key: &Ty) -> Rc<StructDef> {
         let (t, b) = (Dim::Param(Rc::from("T")), Dim::Param(Rc::from("B")));
+        let (obs, behaviour) = match key {
+            Ty::Tuple(ts) if ts.len() == 2 => (&ts[0], Some(&ts[1])),
+            _ => (key, None),
+        };
         let Ty::Array(dtype, dims) = obs else { unreachable!("checked: observations are arrays") };
         let stacked = |d: DType, lead: &[Dim]| Ty::Array(d, lead.iter().cloned().chain(dims.iter().cloned()).collect());
         let tb = [t.clone(), b.clone()];
         let per_step = |d: DType| Ty::Array(d, tb.to_vec());
-        let fields = vec![
+        let mut fields = vec![
             ("obs".to_string(), stacked(*dtype, &tb)),
             ("action".to_string(), per_step(DType::I32)),
             ("reward".to_string(), per_step(DType::F32)),
@@ -80,11 +122,28 @@ impl Elab<'_> {
             ("final_obs".to_string(), stacked(*dtype, &tb)),
             ("last_obs".to_string(), stacked(*dtype, &[b])),
         ];
+        if let Some(Ty::Struct(def, args)) = behaviour {
+            // `B` with each field stacked over the rollout: `traj.behaviour.log_prob: f32[T, B]`.
+            let rows = Ty::struct_fields(def, args)
+                .into_iter()
+                .map(|(n, t)| match t {
+                    Ty::Array(d, inner) => (n, Ty::Array(d, tb.iter().cloned().chain(inner).collect())),
+                    other => (n, other),
+                })
+                .collect();
+            let def = Rc::new(StructDef {
+                name: def.name.clone(),
+                generics: vec!["T".into(), "B".into()],
+                fields: rows,
+                origin: Origin::Builtin(BEHAVIOUR, behaviour.cloned().expect("matched")),
+            });
+            fields.push(("behaviour".to_string(), Ty::Struct(def, tb.to_vec())));
+        }
         Rc::new(StructDef {
             name: TRAJECTORY.into(),
             generics: vec!["T".into(), "B".into()],
             fields,
-            origin: Origin::Builtin(TRAJECTORY, obs.clone()),
+            origin: Origin::Builtin(TRAJECTORY, key.clone()),
         })
     }
 
@@ -109,13 +168,17 @@ impl Elab<'_> {
             self.err(TypeError::AgentMember { detail, span: a.env.span });
             return None;
         }
-        let saved = self.trajectory.replace(env.observation.clone());
-        let info = self.check_agent_fns(a, env);
+        // `Trajectory` has a `behaviour` field when `act` returns one, so `act`'s declared
+        // result is read before any function body is checked.
+        let act_ret = a.fns.iter().find(|f| f.name.name == "act").map(|f| self.signature_types(f).1);
+        let behaviour = act_ret.as_ref().and_then(behaviour_of).cloned();
+        let saved = self.trajectory.replace(traj_key(&env.observation, behaviour.as_ref()));
+        let info = self.check_agent_fns(a, env, behaviour);
         self.trajectory = saved;
         info
     }
 
-    fn check_agent_fns(&mut self, a: &ast::Agent, env: EnvInfo) -> Option<AgentInfo> {
+    fn check_agent_fns(&mut self, a: &ast::Agent, env: EnvInfo, behaviour: Option<Ty>) -> Option<AgentInfo> {
         let what = format!("agent `{}`", a.name.name);
         let mut fns: HashMap<&str, &ast::Fn> = HashMap::new();
         for f in &a.fns {
@@ -164,22 +227,27 @@ impl Elab<'_> {
             wrong(self, init, init.name.span, "expected one parameter, a `Key`".into());
             ok = false;
         }
-        // act(l: L, obs: OBS, key: Key) -> i32
+        // act(l: L, obs: OBS, key: Key) -> i32 or (i32, B)
         let (p, r) = self.signature_types(act);
         let want = [learner.clone(), env.observation.clone(), key.clone()];
-        if p != want || r != Ty::scalar(DType::I32) {
-            wrong(
-                self,
-                act,
-                act.name.span,
-                "expected the learner state, an observation and a key, giving `i32`".into(),
-            );
+        if p != want || (r != Ty::scalar(DType::I32) && behaviour.is_none()) {
+            let (span, label) = match &r {
+                Ty::Tuple(ts) if p == want && ts.len() == 2 && ts[0] == Ty::scalar(DType::I32) => (
+                    act.ret.span,
+                    format!("the behaviour `{}` must be a struct of `f32` arrays of fixed sizes", ts[1]),
+                ),
+                _ => (
+                    act.name.span,
+                    "expected the learner state, an observation and a key, giving `i32` or `(i32, B)`".into(),
+                ),
+            };
+            wrong(self, act, span, label);
             ok = false;
         }
         // update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M), where the
         // trajectory's sizes may also be products (`Trajectory<T, MB * 4>`) or fixed.
         let (p, r) = self.update_signature(update);
-        let traj_def = self.trajectory_def(&env.observation);
+        let traj_def = self.trajectory_def(&traj_key(&env.observation, behaviour.as_ref()));
         let metrics = match &r {
             Ty::Tuple(ts) if ts.len() == 2 && ts[0] == learner && is_metrics(&ts[1]) => Some(ts[1].clone()),
             _ => None,
@@ -191,7 +259,7 @@ impl Elab<'_> {
             ok = false;
         }
         let metrics = metrics.filter(|_| ok)?;
-        Some(AgentInfo { name: a.name.name.clone(), env, learner, metrics })
+        Some(AgentInfo { name: a.name.name.clone(), env, learner, metrics, behaviour })
     }
 
     /// `update`'s parameter and result types, its size parameters symbolic.
@@ -231,20 +299,20 @@ pub fn build_agent(prog: &Program, name: &str, envs: usize, steps: usize) -> Res
     let info =
         cx.check_agent(a).ok_or_else(|| Box::new(cx.diags.first().cloned().unwrap_or_else(|| no_agent(prog, name))))?;
     // The sizes of `update` follow from the rollout's.
-    let obs = info.env.observation.clone();
-    cx.trajectory = Some(obs.clone());
+    let key = info.traj_key();
+    cx.trajectory = Some(key.clone());
     let update = fun("update");
     let (p, _) = cx.update_signature(update);
-    let known = Ty::Struct(cx.trajectory_def(&obs), vec![Dim::Known(steps as u64), Dim::Known(envs as u64)]);
+    let known = Ty::Struct(cx.trajectory_def(&key), vec![Dim::Known(steps as u64), Dim::Known(envs as u64)]);
     let mut sizes = Subst::new();
     let fits = super::calls::unify_dims(&p[1], &known, false, &mut sizes, &mut None);
     if !fits || update.generics.iter().any(|g| !sizes.contains_key(g.name.as_str())) {
         let detail = format!("`update` takes `{}`, not rollouts of {steps} steps of {envs} envs per device", p[1]);
         return Err(Box::new(TypeError::RolloutMismatch { detail, span: update.params[1].1.span }.into_diag()));
     }
-    let init = derive(prog, r, &obs, fun("init"), Subst::new())?;
-    let act = derive(prog, r, &obs, fun("act"), Subst::new())?;
-    let update = derive(prog, r, &obs, fun("update"), sizes)?;
+    let init = derive(prog, r, &key, fun("init"), Subst::new())?;
+    let act = derive(prog, r, &key, fun("act"), Subst::new())?;
+    let update = derive(prog, r, &key, fun("update"), sizes)?;
     Ok(AgentFuncs { info, init, act, update })
 }
 
@@ -254,7 +322,7 @@ pub fn fixed_rollout(prog: &Program, name: &str) -> Option<usize> {
     let mut cx = Elab::new(prog, None);
     cx.module = r.module;
     let info = cx.check_agent(a)?;
-    cx.trajectory = Some(info.env.observation);
+    cx.trajectory = Some(info.traj_key());
     let update = a.fns.iter().find(|f| f.name.name == "update")?;
     match cx.update_signature(update).0.get(1) {
         Some(Ty::Struct(_, dims)) => match dims.first() {
@@ -275,10 +343,10 @@ fn root_agent<'p>(prog: &'p Program, name: &str) -> Option<(ItemRef, &'p ast::Ag
 }
 
 /// Builds one of an agent's (checked) functions with its sizes known.
-fn derive(prog: &Program, r: ItemRef, obs: &Ty, f: &ast::Fn, sizes: Subst) -> Result<Func, Box<Diag>> {
+fn derive(prog: &Program, r: ItemRef, key: &Ty, f: &ast::Fn, sizes: Subst) -> Result<Func, Box<Diag>> {
     let mut cx = Elab::new(prog, Some(Builder::new()));
     cx.module = r.module;
-    cx.trajectory = Some(obs.clone());
+    cx.trajectory = Some(key.clone());
     cx.scopes.push(HashMap::new());
     let saved = std::mem::replace(&mut cx.sizes, sizes.clone());
     let tys: Vec<Ty> = f.params.iter().map(|(_, t)| cx.resolve_ty(t)).collect();

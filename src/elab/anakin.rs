@@ -247,7 +247,7 @@ fn rollout(
         let shape: Vec<usize> = [steps].iter().chain(inner).copied().collect();
         filled(cx, Array::zeros(&ArrayTy::scalar(dtype)), shape).vars[0]
     };
-    let buffers = vec![
+    let mut buffers = vec![
         buffer(cx, obs_ty.dtype, &obs_ty.shape),
         buffer(cx, DType::I32, &[n]),
         buffer(cx, DType::F32, &[n]),
@@ -255,6 +255,11 @@ fn rollout(
         buffer(cx, DType::Bool, &[n]),
         buffer(cx, obs_ty.dtype, &obs_ty.shape),
     ];
+    // The behaviour record's arrays, if `act` returns one: `[T, B, ..]` each.
+    for ty in &agent.act.result_types()[1..] {
+        let inner: Vec<usize> = std::iter::once(n).chain(ty.shape.iter().copied()).collect();
+        buffers.push(buffer(cx, ty.dtype, &inner));
+    }
     let init: Vec<Var> =
         envs.iter().copied().chain([key.vars[0]]).chain(episodes).chain(sums.iter().copied()).chain(buffers).collect();
     let b = cx.b.as_mut().expect("build mode");
@@ -274,7 +279,8 @@ fn rollout(
     let mut act_args = learner.to_vec();
     act_args.push(obs);
     act_args.extend(&act_keys.vars);
-    let action = cx.b.as_mut().expect("build mode").inline(&act, &act_args)[0];
+    let acted = cx.b.as_mut().expect("build mode").inline(&act, &act_args);
+    let action = acted[0];
     let step_keys = cx.call_builtin("split", vec![Arg::Val(k_step), Arg::Int(n as u64)], span);
     let mut step_args = state[..n_env + 1].to_vec();
     step_args.push(action);
@@ -306,7 +312,8 @@ fn rollout(
 
     // Record the step: the observation acted on, the action, and what came of it.
     let mut written = vec![];
-    for (&buf, &x) in buffers.iter().zip(&[obs, action, reward, terminated, truncated, final_obs]) {
+    let rows = [obs, action, reward, terminated, truncated, final_obs].into_iter().chain(acted[1..].iter().copied());
+    for (&buf, x) in buffers.iter().zip(rows) {
         written.push(write_row(cx, buf, x, t_index));
     }
     let mut yields = outs[..n_env + 2].to_vec();
@@ -318,8 +325,10 @@ fn rollout(
     let b = cx.b.as_mut().expect("build mode");
     let finals = b.end_loop(0, steps as i64, &init, loop_params, yields);
     let envs_out = finals[..n_env + 2].to_vec();
-    let mut trajectory = finals[n_env + 2 + 6..].to_vec();
-    trajectory.push(envs_out[n_env + 1]); // last_obs
+    // The trajectory's fields in order: obs .. final_obs, last_obs, then the behaviour's.
+    let mut trajectory = finals[n_env + 2 + 6..n_env + 2 + 12].to_vec();
+    trajectory.push(envs_out[n_env + 1]);
+    trajectory.extend(&finals[n_env + 2 + 12..]);
     Rollout {
         episodes: [finals[n_env + 3], finals[n_env + 4]],
         sums: finals[n_env + 5..n_env + 8].to_vec(),

@@ -13,6 +13,7 @@
 
 pub mod agent;
 pub mod anakin;
+pub mod sebulba;
 mod builtins;
 mod calls;
 mod collective;

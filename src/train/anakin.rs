@@ -194,7 +194,7 @@ impl<'c> Trainer<'c> {
                 }
                 parts[0].clone()
             } else {
-                join(&parts, leaf)
+                join_parts(&parts, leaf)
             };
             out.push((leaf.name.clone(), value));
         }
@@ -216,7 +216,7 @@ impl<'c> Trainer<'c> {
             }
             let parts = match leaf.kind {
                 LeafKind::Shared => vec![a.clone(); d],
-                LeafKind::PerEnv | LeafKind::PerDevice => split(a, &leaf.ty, d),
+                LeafKind::PerEnv | LeafKind::PerDevice => split_parts(a, &leaf.ty, d),
             };
             for (dev, p) in parts.iter().enumerate() {
                 state[dev].push(self.client.upload(p, dev).map_err(|e| e.to_string())?);
@@ -229,7 +229,7 @@ impl<'c> Trainer<'c> {
 
 /// A state array's type in a checkpoint: the devices' parts joined along the first axis
 /// (environments) or stacked (PRNG keys); the learner once.
-fn saved_ty(leaf: &Leaf, devices: usize) -> ArrayTy {
+pub fn saved_ty(leaf: &Leaf, devices: usize) -> ArrayTy {
     let mut shape = leaf.ty.shape.clone();
     match leaf.kind {
         LeafKind::Shared => {}
@@ -240,14 +240,14 @@ fn saved_ty(leaf: &Leaf, devices: usize) -> ArrayTy {
 }
 
 /// Joins the devices' parts of an array into its [`saved_ty`].
-fn join(parts: &[&Array], leaf: &Leaf) -> Array {
+pub fn join_parts(parts: &[&Array], leaf: &Leaf) -> Array {
     let bytes: Vec<u8> = parts.iter().flat_map(|p| p.to_bytes()).collect();
     Array::from_bytes(&saved_ty(leaf, parts.len()), &bytes).expect("each part has the leaf's type")
 }
 
-/// The inverse of [`join`], for an array already checked to have the saved type: the
+/// The inverse of [`join_parts`], for an array already checked to have the saved type: the
 /// devices' parts, each of type `part`.
-fn split(a: &Array, part: &ArrayTy, devices: usize) -> Vec<Array> {
+pub fn split_parts(a: &Array, part: &ArrayTy, devices: usize) -> Vec<Array> {
     let bytes = a.to_bytes();
     let n = bytes.len() / devices;
     (0..devices).map(|i| Array::from_bytes(part, &bytes[i * n..(i + 1) * n]).expect("checked size")).collect()

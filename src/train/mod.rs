@@ -9,3 +9,4 @@ pub mod checkpoint;
 pub mod metrics;
 pub mod plot;
 pub mod progress;
+pub mod sebulba;

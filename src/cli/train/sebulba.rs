@@ -1,0 +1,256 @@
+//! `podc train --env URI` and `podc bench train --env URI`: the Sebulba driver.
+
+use super::{BenchTrainArgs, Failure, SebulbaFlags, Sizes, TrainArgs, config, prepare};
+use crate::diag::emit_stderr;
+use crate::elab::agent::{AgentFuncs, build_agent};
+use crate::resolve::Program;
+use crate::runtime::{Client, Runtime};
+use crate::syntax::ast;
+use crate::train::anakin::record;
+use crate::train::sebulba::{Config, Sebulba, SebulbaReport};
+use crate::train::{checkpoint, metrics, plot, progress::Progress};
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// The host env's URI: `--env`, else the agent's own `.pod` env through `pod:`.
+fn env_uri(prog: &Program, agent: &AgentFuncs, flags: &SebulbaFlags) -> Result<String, Failure> {
+    if let Some(uri) = &flags.env {
+        return Ok(uri.clone());
+    }
+    let name = &agent.info.env.name;
+    let env = prog.modules.iter().flat_map(|m| &m.ast.items).find_map(|i| match i {
+        ast::Item::Env(e) if e.name.name == *name => Some(e),
+        _ => None,
+    });
+    match env {
+        Some(e) if !e.external => Ok(format!("pod:{}?env={name}", prog.map.name(e.span.file))),
+        _ => Err(Failure::Message(format!(
+            "env `{name}` is `extern`: name the host env to train on with `--env URI`"
+        ))),
+    }
+}
+
+/// The run's layout from the flags; the rollout as for Anakin.
+fn layout(prog: &Program, agent: &str, sizes: &Sizes, flags: &SebulbaFlags) -> Result<Config, Failure> {
+    if sizes.devices != 1 {
+        return Err(Failure::Message(
+            "`--devices` is Anakin's: Sebulba takes `--actor-devices` and `--learner-devices`".into(),
+        ));
+    }
+    let rollout = sizes.shape(prog, agent).rollout;
+    let mut host = crate::host::Options::new(1);
+    host.env_workers = flags.env_workers;
+    host.python = flags.python.clone();
+    host.env_import = flags.env_import.clone();
+    let cfg = Config {
+        uri: String::new(),
+        envs: sizes.envs,
+        rollout,
+        updates_per_report: sizes.updates_per_call,
+        actor_threads: flags.actor_threads.unwrap_or(2 * flags.actor_devices.len()),
+        actor_devices: flags.actor_devices.clone(),
+        learner_devices: flags.learner_devices.clone(),
+        max_policy_lag: flags.max_policy_lag,
+        host,
+    };
+    cfg.check()?;
+    Ok(cfg)
+}
+
+/// Everything up to a compiled driver with a fresh learner.
+struct Setup {
+    prog: Program,
+    agent: AgentFuncs,
+    cfg: Config,
+    client: Client,
+    start: Instant,
+}
+
+fn setup(file: &Path, agent: Option<&str>, sizes: &Sizes, flags: &SebulbaFlags, plugin: Option<&Path>) -> Result<Setup, Failure> {
+    let start = Instant::now();
+    let (prog, name, _) = prepare(file, agent, &Sizes { devices: 1, ..*sizes })?;
+    let mut cfg = layout(&prog, &name, sizes, flags)?;
+    let per_device = cfg.envs / cfg.learner_devices.len();
+    let agent = build_agent(&prog, &name, per_device, cfg.rollout).map_err(|d| {
+        emit_stderr(&prog.map, &[*d]);
+        Failure::Reported
+    })?;
+    cfg.uri = env_uri(&prog, &agent, flags)?;
+    let devices = cfg.actor_devices.iter().chain(&cfg.learner_devices).max().map_or(1, |d| d + 1);
+    let client = Runtime::open(plugin, Some(devices))?;
+    Ok(Setup { prog, agent, cfg, client, start })
+}
+
+fn sebulba_config(a: &TrainArgs, s: &Setup) -> Value {
+    let shape = a.sizes.shape(&s.prog, &s.agent.info.name);
+    let mut cfg = config(a, &s.agent.info.name, shape);
+    let c = &s.cfg;
+    let o = cfg.as_object_mut().expect("an object");
+    o.insert("arch".into(), json!("sebulba"));
+    o.insert("env".into(), json!(c.uri));
+    o.insert("rollout".into(), json!(c.rollout));
+    o.insert("actor_threads".into(), json!(c.actor_threads));
+    o.insert("learner_devices".into(), json!(c.learner_devices.len()));
+    o.insert("max_policy_lag".into(), json!(c.max_policy_lag));
+    cfg
+}
+
+/// A report as a `metrics.jsonl` record: Anakin's keys, then Sebulba's.
+fn sebulba_record(r: &SebulbaReport, cfg: &Config, sps: f64, wall_s: f64) -> metrics::Record {
+    let env_steps = r.updates * cfg.steps_per_update();
+    let mut rec = record(&r.report, env_steps, r.updates, sps, wall_s);
+    rec.insert("policy_lag".into(), json!(r.policy_lag));
+    rec.insert("actor_idle".into(), json!(r.actor_idle));
+    rec.insert("learner_idle".into(), json!(r.learner_idle));
+    rec.insert("worker_restarts".into(), json!(r.worker_restarts));
+    rec
+}
+
+pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+    let flags = a.sebulba.clone().expect("called for Sebulba runs");
+    let s = setup(&a.file, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
+    let cfg = sebulba_config(&a, &s);
+    let resumed = match &a.resume {
+        Some(dir) => {
+            let (arrays, meta) = checkpoint::load(dir).map_err(|e| e.to_string())?;
+            for (k, v) in cfg.as_object().expect("an object") {
+                if k != "file" && meta["config"][k] != *v {
+                    return Err(Failure::Message(format!(
+                        "cannot resume from `{}`: its `{k}` is {}, this run's is {v}; resume with the same flags",
+                        dir.display(),
+                        meta["config"][k]
+                    )));
+                }
+            }
+            Some((dir, arrays, meta))
+        }
+        None => None,
+    };
+    let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
+    let per_update = s.cfg.steps_per_update();
+    let (start, mut log) = match resumed {
+        Some((from, arrays, meta)) => {
+            t.restore(&arrays)?;
+            let updates = meta["updates"].as_u64().ok_or("the checkpoint has no update count")?;
+            (updates, metrics::MetricsLog::open_resume(from, &a.out, updates * per_update)?)
+        }
+        None => {
+            t.init(&s.agent, a.seed)?;
+            (0, metrics::MetricsLog::create(&a.out)?)
+        }
+    };
+    let k = s.cfg.updates_per_report as u64;
+    let end = a.total_steps.div_ceil(per_update * k) * k;
+    if !a.quiet {
+        let c = &s.cfg;
+        eprintln!(
+            "training `{}` ({}) on `{}` with Sebulba: {} envs in {} actor thread(s) on device(s) {:?}, learner on {:?}, {} steps per rollout, compiled in {:.1} s",
+            s.agent.info.name,
+            a.file.display(),
+            c.uri,
+            c.envs,
+            c.actor_threads,
+            c.actor_devices,
+            c.learner_devices,
+            c.rollout,
+            t.compile_s
+        );
+    }
+    let bar = Progress::new(end * per_update, start * per_update, a.quiet);
+    let began = Instant::now();
+    let mut last = Instant::now();
+    let mut reports = 0u64;
+    let mut last_return = None;
+    let mut on_report = |r: &SebulbaReport, t: &Sebulba| -> Result<(), String> {
+        let now = Instant::now();
+        let sps = (k * per_update) as f64 / now.duration_since(last).as_secs_f64();
+        last = now;
+        log.append(&sebulba_record(r, &s.cfg, sps, began.elapsed().as_secs_f64())).map_err(|e| e.to_string())?;
+        bar.update(r.updates * per_update, r.report.episode_return);
+        last_return = r.report.episode_return.or(last_return);
+        reports += 1;
+        if reports.is_multiple_of(a.checkpoint_every) || r.updates == end {
+            save(t, &a.out, &cfg, r.updates, r.updates * per_update)?;
+        }
+        Ok(())
+    };
+    t.run(a.seed, start, end, &mut on_report)?;
+    bar.finish();
+    let records = metrics::read(&a.out)?;
+    let title = format!("{} on {}", s.agent.info.name, s.cfg.uri);
+    plot::plot_curve(&a.out.join("curve.png"), &plot::curve_points(&records), &title)?;
+    if !a.quiet {
+        eprintln!(
+            "done: {} env steps; last mean return {}; wrote {}",
+            end * per_update,
+            last_return.map_or("-".into(), |r| format!("{r:.3}")),
+            a.out.display()
+        );
+    }
+    Ok(())
+}
+
+fn save(t: &Sebulba, dir: &Path, cfg: &Value, updates: u64, env_steps: u64) -> Result<(), String> {
+    let arrays = t.snapshot()?;
+    let meta = json!({ "config": cfg, "updates": updates, "env_steps": env_steps });
+    checkpoint::save(dir, &arrays, &meta).map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", dir.display()))
+}
+
+/// Compile time, then env steps per second as the median over `runs` reports (of
+/// `--updates-per-call` updates each) after a warm-up report; plus the idle fractions.
+pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+    let flags = a.sebulba.clone().expect("called for Sebulba runs");
+    let s = setup(&a.file, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
+    let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
+    t.init(&s.agent, 0)?;
+    let k = s.cfg.updates_per_report as u64;
+    let per_report = (k * s.cfg.steps_per_update()) as f64;
+    let mut last = Instant::now();
+    let mut runs: Vec<(f64, f64, f64)> = vec![];
+    let mut on_report = |r: &SebulbaReport, _: &Sebulba| -> Result<(), String> {
+        let dt: Duration = last.elapsed();
+        last = Instant::now();
+        // The first report is the warm-up: threads and workers start, the first calls run.
+        if r.updates > k {
+            runs.push((per_report / dt.as_secs_f64(), r.actor_idle, r.learner_idle));
+        }
+        Ok(())
+    };
+    t.run(0, 0, k * (a.runs as u64 + 1), &mut on_report)?;
+    let median = |i: usize| {
+        let mut v: Vec<f64> = runs.iter().map(|r| [r.0, r.1, r.2][i]).collect();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let c = &s.cfg;
+    if a.json {
+        println!(
+            "{}",
+            json!({
+                "compile_s": t.compile_s,
+                "steps_per_sec": median(0),
+                "runs": runs.iter().map(|r| r.0).collect::<Vec<_>>(),
+                "envs": c.envs,
+                "rollout": c.rollout,
+                "updates_per_call": c.updates_per_report,
+                "devices": c.learner_devices.len(),
+                "arch": "sebulba",
+                "env": c.uri,
+                "actor_threads": c.actor_threads,
+                "actor_idle": median(1),
+                "learner_idle": median(2),
+            })
+        );
+    } else {
+        println!("compile: {:.2} s", t.compile_s);
+        println!(
+            "{:.0} env steps/s (learning included; median of {} reports); actors idle {:.0}%, learner idle {:.0}%",
+            median(0),
+            a.runs,
+            100.0 * median(1),
+            100.0 * median(2)
+        );
+    }
+    Ok(())
+}

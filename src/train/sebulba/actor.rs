@@ -1,0 +1,192 @@
+//! An actor thread: two half-batches of host environments, stepped in turn so that one
+//! half steps while the device acts on the other (sample-factory's double buffering),
+//! writing a rollout of `T` steps for the learner.
+
+use super::policy::{PolicyStore, Want};
+use super::rollout::{self, Layout, Rollout};
+use crate::array::{Array, Data};
+use crate::host::{self, EnvSpec, HostEnv, StepOut};
+use crate::runtime::{Buffer, Client, Executable};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Everything one actor thread needs.
+pub struct Actor {
+    pub thread: usize,
+    pub device: usize,
+    pub client: Client,
+    /// `(key, policy.., obs) -> (key, action, behaviour..)` for half a batch, on `device`.
+    pub act: Arc<Executable>,
+    pub uri: String,
+    /// Options of one half (its `num_envs` is half the thread's).
+    pub opts: host::Options,
+    /// The first half's reset seed; the second half's is `env_seed + half`.
+    pub env_seed: u64,
+    pub key: Array,
+    /// The agent's env, which the host env must match.
+    pub expected: EnvSpec,
+    pub layout: Layout,
+    pub policy: Arc<PolicyStore>,
+    /// `None`: exactly one version behind; `Some(n)`: the newest, at most `n` behind.
+    pub max_lag: Option<u64>,
+    /// The version before the first update of this run (nonzero on resume).
+    pub start_version: u64,
+    pub tx: SyncSender<Result<Rollout, String>>,
+    pub stop: Arc<AtomicBool>,
+    pub restarts: Arc<AtomicU64>,
+    /// Warnings for the user, printed once by the learner (e.g. differing time limits).
+    pub notes: Arc<Mutex<Vec<String>>>,
+}
+
+struct Half {
+    env: Box<dyn HostEnv>,
+    out: StepOut,
+    /// Environment columns of this half in the thread's rollout.
+    env0: usize,
+    ret: Vec<f64>,
+    len: Vec<u64>,
+}
+
+impl Actor {
+    /// Runs until the learner stops; an error goes to the learner.
+    pub fn run(self) {
+        if let Err(e) = self.run_inner() {
+            // The learner may already be gone; then nobody needs the error.
+            let _ = self.tx.send(Err(e));
+        }
+    }
+
+    fn open(&self) -> Result<[Half; 2], String> {
+        let n = self.opts.num_envs;
+        let mut halves = vec![];
+        for h in 0..2 {
+            let mut env = host::open(&self.uri, &self.opts, Some(&self.client)).map_err(|e| e.to_string())?;
+            check_spec(&self.expected, env.spec(), &self.uri)?;
+            if h == 0 && self.thread == 0 && env.spec().time_limit != self.expected.time_limit {
+                let note = format!(
+                    "`{}` has {}, the agent's env `{}` {}; the host env's is used",
+                    self.uri,
+                    limit(env.spec().time_limit),
+                    self.expected.name,
+                    limit(self.expected.time_limit)
+                );
+                self.notes.lock().unwrap_or_else(|e| e.into_inner()).push(note);
+            }
+            let mut out = StepOut::new(env.spec(), n);
+            env.reset(self.env_seed + (h * n) as u64, &mut out).map_err(|e| e.to_string())?;
+            halves.push(Half { env, out, env0: h * n, ret: vec![0.0; n], len: vec![0; n] });
+        }
+        halves.try_into().map_err(|_| "two halves".to_string())
+    }
+
+    fn run_inner(&self) -> Result<(), String> {
+        let mut halves = self.open()?;
+        let mut key = self.client.upload(&self.key, self.device).map_err(|e| e.to_string())?;
+        let mut current: Option<(u64, Vec<Buffer>)> = None;
+        let mut idle = 0.0;
+        for r in 0u64.. {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            // Rollout `r` feeds update `start + r`; by default it acts with the policy one
+            // version older (the first rollout with the starting one), as Cleanba does.
+            let behind = self.start_version + r.saturating_sub(1);
+            let want = match self.max_lag {
+                None => Want::Exact(behind),
+                Some(n) => Want::AtLeast((self.start_version + r).saturating_sub(n).max(self.start_version)),
+            };
+            let t0 = Instant::now();
+            let Some((version, policy)) = self.policy.get(want) else { return Ok(()) };
+            idle += t0.elapsed().as_secs_f64();
+            if current.as_ref().map(|c| c.0) != Some(version) {
+                let bufs = policy.iter().map(|a| self.client.upload(a, self.device)).collect::<Result<Vec<_>, _>>();
+                current = Some((version, bufs.map_err(|e| e.to_string())?));
+            }
+            let params = &current.as_ref().expect("set above").1;
+            let mut roll = Rollout::new(&self.layout);
+            roll.version = version;
+            self.act_send(&mut halves[0], params, &mut key, &mut roll, 0)?;
+            for t in 0..self.layout.steps {
+                self.act_send(&mut halves[1], params, &mut key, &mut roll, t)?;
+                self.recv(&mut halves[0], &mut roll, t)?;
+                if t + 1 < self.layout.steps {
+                    self.act_send(&mut halves[0], params, &mut key, &mut roll, t + 1)?;
+                }
+                self.recv(&mut halves[1], &mut roll, t)?;
+            }
+            for h in &halves {
+                roll.write(&self.layout, rollout::LAST_OBS, 0, h.env0, &h.out.obs);
+            }
+            let total: u64 = halves.iter().map(|h| h.env.restarts()).sum();
+            self.restarts.store(total, Ordering::Relaxed);
+            roll.idle_s = idle;
+            let t0 = Instant::now();
+            if self.tx.send(Ok(roll)).is_err() {
+                return Ok(()); // the learner is done
+            }
+            idle = t0.elapsed().as_secs_f64();
+        }
+        Ok(())
+    }
+
+    /// Acts on a half's current observations, records them, and starts its step.
+    fn act_send(&self, h: &mut Half, params: &[Buffer], key: &mut Buffer, roll: &mut Rollout, t: usize) -> Result<(), String> {
+        let obs = h.out.obs_array(h.env.spec()).map_err(|e| e.to_string())?;
+        let obs = self.client.upload(&obs, self.device).map_err(|e| e.to_string())?;
+        let mut args: Vec<&Buffer> = vec![key];
+        args.extend(params);
+        args.push(&obs);
+        let mut outs = self.act.execute(&args).map_err(|e| e.to_string())?.into_iter();
+        *key = outs.next().ok_or("the actor program returned no key")?;
+        let action = outs.next().ok_or("the actor program returned no action")?.download().map_err(|e| e.to_string())?;
+        let Data::I32(actions) = &action.data else { return Err("the actions are not i32".into()) };
+        let l = &self.layout;
+        roll.write(l, rollout::OBS, t, h.env0, &h.out.obs);
+        roll.write(l, rollout::ACTION, t, h.env0, &action.to_bytes());
+        for (i, b) in outs.enumerate() {
+            let b = b.download().map_err(|e| e.to_string())?;
+            roll.write(l, rollout::BEHAVIOUR + i, t, h.env0, &b.to_bytes());
+        }
+        h.env.send(actions).map_err(|e| e.to_string())
+    }
+
+    /// Finishes a half's step and records what came of it.
+    fn recv(&self, h: &mut Half, roll: &mut Rollout, t: usize) -> Result<(), String> {
+        h.env.recv(&mut h.out).map_err(|e| e.to_string())?;
+        let (l, o) = (&self.layout, &h.out);
+        let reward: Vec<u8> = o.reward.iter().flat_map(|r| r.to_le_bytes()).collect();
+        roll.write(l, rollout::REWARD, t, h.env0, &reward);
+        roll.write(l, rollout::TERMINATED, t, h.env0, &o.terminated.iter().map(|&b| b as u8).collect::<Vec<_>>());
+        roll.write(l, rollout::TRUNCATED, t, h.env0, &o.truncated.iter().map(|&b| b as u8).collect::<Vec<_>>());
+        roll.write(l, rollout::FINAL_OBS, t, h.env0, &o.final_obs);
+        for i in 0..o.reward.len() {
+            h.ret[i] += o.reward[i] as f64;
+            h.len[i] += 1;
+            if o.done(i) {
+                roll.episodes.return_sum += h.ret[i];
+                roll.episodes.length_sum += h.len[i] as f64;
+                roll.episodes.count += 1;
+                h.ret[i] = 0.0;
+                h.len[i] = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn limit(t: Option<u64>) -> String {
+    t.map_or("no time limit".into(), |n| format!("time limit {n}"))
+}
+
+/// The host env must have the agent's observation and actions.
+pub fn check_spec(agent: &EnvSpec, host: &EnvSpec, uri: &str) -> Result<(), String> {
+    if agent.obs == host.obs && agent.n_actions == host.n_actions {
+        return Ok(());
+    }
+    Err(format!(
+        "the host env `{uri}` does not match the agent's env `{}`:\n  the agent's env: {agent}\n  `{uri}`: {host}",
+        agent.name
+    ))
+}
