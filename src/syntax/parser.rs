@@ -313,6 +313,14 @@ impl ErrorContext<'_, '_> {
         {
             // `if x == S { a: 1 } { ... }`: `S` ended the condition, and `{ a:` opened a block.
             "a struct literal in an `if` condition or a `for` header needs parentheses: `(S { .. })`".to_string()
+        } else if matches!(before(1), Some(Tok::Name("while" | "loop"))) {
+            // `while c { .. }`: `while` was taken for a value, and what follows it is unexpected.
+            "there is no `while` loop: loops have trip counts known at compile time, \
+             `for i in 0..N carry x = init { ... }`"
+                .to_string()
+        } else if found == Some(Tok::PathSep) {
+            "`::` joins the parts of a module path in a `use` declaration: import the item, then call it by name"
+                .to_string()
         } else if has(expected, ";") {
             let what = match self.enclosing_statement(at) {
                 Some(Tok::Let) => "the `let` statement",
