@@ -120,6 +120,7 @@ pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
 }
 
 pub struct BenchArgs<'a> {
+    /// A `.pod` file, or a host env URI (`gymnasium:`, `envpool:`, `pod:`).
     pub file: &'a Path,
     pub env: Option<&'a str>,
     pub envs: usize,
@@ -127,12 +128,28 @@ pub struct BenchArgs<'a> {
     pub devices: usize,
     pub runs: usize,
     pub json: bool,
+    /// Host URIs: worker processes the envs are split over, the workers' Python, and
+    /// modules they import.
+    pub env_workers: usize,
+    pub python: Option<std::path::PathBuf>,
+    pub env_import: Vec<String>,
+}
+
+/// The URI when `file` names a host env (`gymnasium:`, `envpool:`, `pod:`) rather than a
+/// `.pod` file.
+fn host_uri(file: &Path) -> Option<&str> {
+    let s = file.to_str()?;
+    let (scheme, _) = s.split_once(':')?;
+    matches!(scheme, "gymnasium" | "envpool" | "pod").then_some(s)
 }
 
 /// `podc bench env`: compiles one program running `steps` steps of `envs` environments
 /// (split over `devices`) with random actions, then times it: the median of `runs` runs
-/// after a warm-up.
+/// after a warm-up. A host URI is timed through [`bench_host`].
 pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+    if let Some(uri) = host_uri(a.file) {
+        return bench_host(uri, &a, plugin);
+    }
     if a.envs == 0 || a.devices == 0 || !a.envs.is_multiple_of(a.devices) {
         let msg = format!("`--envs {}` must be a positive multiple of `--devices {}`", a.envs, a.devices);
         return Err(Failure::Message(msg));
@@ -173,6 +190,99 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         println!(
             "  median of {} runs: {:.4} s, {:.3e} env steps/s ({episodes} episodes ended per run)",
             a.runs, median, steps_per_sec
+        );
+    }
+    Ok(())
+}
+
+/// `podc bench env URI` for a host env: `steps` batch steps of `envs` envs with uniformly
+/// random actions (drawn beforehand, so that drawing them is not timed), through the same
+/// [`crate::host::HostEnv::step`] the Sebulba actors call: worker processes and shared
+/// memory for Python envs, same-step auto-reset included. The median of `runs` runs after a
+/// warm-up run, as for `.pod` files; `compile_s` is the start-up (workers started, envs
+/// made or the `pod:` env compiled, first reset).
+fn bench_host(uri: &str, a: &BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+    if a.devices != 1 {
+        return Err(Failure::Message(format!(
+            "`--devices {}`: a host env steps on the host; `--devices` applies to `.pod` files",
+            a.devices
+        )));
+    }
+    if a.env.is_some() {
+        return Err(Failure::Message(
+            "`--env` chooses an env of a `.pod` file; for a host URI write `pod:FILE.pod?env=NAME`".into(),
+        ));
+    }
+    if a.envs == 0 || a.steps == 0 {
+        return Err(Failure::Message("`--envs` and `--steps` must be positive".into()));
+    }
+    let mut opts = crate::host::Options::new(a.envs);
+    opts.env_workers = a.env_workers.max(1);
+    opts.python = a.python.clone();
+    opts.env_import = a.env_import.clone();
+    opts.plugin = plugin.map(Path::to_path_buf);
+    let start = Instant::now();
+    let mut env = crate::host::open(uri, &opts, None)?;
+    let spec = env.spec().clone();
+    let mut out = crate::host::StepOut::new(&spec, a.envs);
+    env.reset(0, &mut out)?;
+    let compile_s = start.elapsed().as_secs_f64();
+    // A table of random actions (splitmix64), cycled.
+    let rows = a.steps.min(256);
+    let mut z = 0u64;
+    let actions: Vec<Vec<i32>> = (0..rows)
+        .map(|_| {
+            (0..a.envs)
+                .map(|_| {
+                    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                    let mut x = z;
+                    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                    ((x ^ (x >> 31)) % spec.n_actions) as i32
+                })
+                .collect()
+        })
+        .collect();
+    let mut times = vec![];
+    let mut episodes = 0;
+    let mut t = 0;
+    for run in 0..=a.runs {
+        let mut ended = 0;
+        let t0 = Instant::now();
+        for _ in 0..a.steps {
+            env.step(&actions[t % rows], &mut out)?;
+            t += 1;
+            ended += out.terminated.iter().zip(&out.truncated).filter(|&(&te, &tr)| te || tr).count();
+        }
+        if run > 0 {
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        episodes = ended;
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    let steps_per_sec = (a.envs * a.steps) as f64 / median;
+    if a.json {
+        println!(
+            "{}",
+            json!({"steps_per_sec": steps_per_sec, "compile_s": compile_s, "envs": a.envs, "steps": a.steps, "devices": 1})
+        );
+    } else {
+        let how = match uri.split_once(':') {
+            Some(("pod", _)) => "stepped through PJRT".to_string(),
+            _ => format!("through {} worker(s)", opts.env_workers.min(a.envs)),
+        };
+        println!("env {uri} ({spec}): {} envs x {} steps {how}", a.envs, a.steps);
+        println!("  start-up: {compile_s:.3} s");
+        println!(
+            "  median of {} runs: {:.4} s, {:.3e} env steps/s ({episodes} episodes ended per run{})",
+            a.runs,
+            median,
+            steps_per_sec,
+            match env.restarts() {
+                0 => String::new(),
+                r => format!(", {r} worker restarts"),
+            }
         );
     }
     Ok(())

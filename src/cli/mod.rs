@@ -109,8 +109,12 @@ enum Command {
 #[derive(Subcommand)]
 enum Bench {
     /// Env steps per second of the batched, auto-resetting env with random actions, run
-    /// in one loop on the device: the median of several runs after a warm-up.
+    /// in one loop on the device: the median of several runs after a warm-up. A host env
+    /// URI (`gymnasium:ID`, `envpool:ID`, `pod:FILE.pod`) is stepped from the host instead,
+    /// one `step` call per batch step, as Sebulba's actors step it.
     Env {
+        /// A `.pod` file, or a host env URI.
+        #[arg(value_name = "FILE|URI")]
         file: PathBuf,
         #[arg(long)]
         env: Option<String>,
@@ -128,6 +132,11 @@ enum Bench {
         /// Print one JSON object: `{"steps_per_sec", "compile_s", "envs", "steps", "devices"}`.
         #[arg(long)]
         json: bool,
+        /// Worker processes the host envs are split over (Python backends).
+        #[arg(long, default_value_t = 1)]
+        env_workers: usize,
+        #[command(flatten)]
+        host: HostArgs,
     },
     /// Compile time and env steps per second of Anakin training (learning included):
     /// the median of several calls after a warm-up.
@@ -256,8 +265,19 @@ pub fn main(cli: Cli) -> ExitCode {
             },
             cli.plugin.as_deref(),
         ),
-        Command::Bench(Bench::Env { file, env, envs, steps, devices, runs, json }) => env::bench(
-            env::BenchArgs { file: &file, env: env.as_deref(), envs, steps, devices, runs: runs as usize, json },
+        Command::Bench(Bench::Env { file, env, envs, steps, devices, runs, json, env_workers, host }) => env::bench(
+            env::BenchArgs {
+                file: &file,
+                env: env.as_deref(),
+                envs,
+                steps,
+                devices,
+                runs: runs as usize,
+                json,
+                env_workers,
+                python: host.python,
+                env_import: host.env_import,
+            },
             cli.plugin.as_deref(),
         ),
         Command::Train { file, shape, total_steps, seed, out, resume, checkpoint_every, quiet, sebulba } => train::train(
