@@ -14,7 +14,8 @@ const PROGRAMS: u64 = 2000;
 
 /// Why the program of `seed` fails, if it does.
 fn failure(seed: u64) -> Option<(String, String, bool, bool)> {
-    let p = program(&mut Choices::seeded(seed));
+    let p = std::panic::catch_unwind(|| program(&mut Choices::seeded(seed)))
+        .unwrap_or_else(|_| panic!("the generator panicked on seed {seed}"));
     let agent = p.agent.as_ref().map(|(n, t, b)| (n.as_str(), *t, *b));
     let outcome = std::panic::catch_unwind(|| oracle::check(client(), &p.source, p.env.as_deref(), agent, seed));
     let err = match outcome {
@@ -55,12 +56,23 @@ fn generated_programs_compile_to_what_the_interpreter_computes() {
             failures.iter().map(|(s, e, _)| format!("  seed {s}: {}", e.lines().next().unwrap_or_default())).collect();
         panic!("{} of {n} programs failed:\n{}\nthe first, seed {seed}: {err}\n----- program\n{source}", failures.len(), summary.join("\n"));
     }
-    // The corpus reaches envs and agents, not only functions.
+    // The corpus reaches every construct, and envs and agents, not only functions.
     if n >= 1000 {
         let made: Vec<_> = range.map(|s| program(&mut Choices::seeded(s))).collect();
         let envs = made.iter().filter(|p| p.env.is_some()).count() as u64;
         let agents = made.iter().filter(|p| p.agent.is_some()).count() as u64;
         assert!(envs * 20 > n && agents * 40 > n, "{envs} envs and {agents} agents in {n} programs");
+        let batch_of_structs = |src: &str| src.split('S').skip(1).any(|w| w.trim_start_matches(|c: char| c.is_ascii_digit()).starts_with('['));
+        for (what, has) in [
+            ("vmap", &(|src: &str| src.contains("vmap(")) as &dyn Fn(&str) -> bool),
+            ("grad", &|src: &str| src.contains("grad(")),
+            ("for", &|src: &str| src.contains(" carry ")),
+            ("size generics", &|src: &str| src.contains("<N>")),
+            ("batches of structs", &batch_of_structs),
+        ] {
+            let count = made.iter().filter(|p| has(&p.source)).count() as u64;
+            assert!(count * 10 > n, "only {count} of {n} programs use {what}");
+        }
     }
 }
 

@@ -200,12 +200,15 @@ impl Elab<'_> {
     pub(crate) fn resolve_ty(&mut self, t: &ast::Type) -> Ty {
         match &t.kind {
             ast::TypeKind::Array { dtype, dims } => {
+                let sizes: Option<Vec<Dim>> = dims.iter().map(|x| self.resolve_dim(x)).collect();
                 let Some(d) = DType::from_name(&dtype.name) else {
-                    self.err(TypeError::UnknownType { name: dtype.name.clone(), span: dtype.span });
-                    return Ty::Error;
+                    // `State[B]`: a batch of another type (a struct, a type parameter).
+                    let named = ast::TypeKind::Named { name: dtype.clone(), args: vec![] };
+                    let inner = self.resolve_ty(&ast::Type { kind: named, span: dtype.span });
+                    let batch = sizes.and_then(|s| s.iter().rev().try_fold(inner, |t, b| t.batched(b)));
+                    return batch.unwrap_or(Ty::Error);
                 };
-                let dims: Option<Vec<Dim>> = dims.iter().map(|x| self.resolve_dim(x)).collect();
-                dims.map(|dims| Ty::Array(d, dims)).unwrap_or(Ty::Error)
+                sizes.map(|dims| Ty::Array(d, dims)).unwrap_or(Ty::Error)
             }
             ast::TypeKind::Tuple(ts) => Ty::Tuple(ts.iter().map(|t| self.resolve_ty(t)).collect()),
             ast::TypeKind::Named { name, args } => {

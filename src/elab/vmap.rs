@@ -57,7 +57,7 @@ impl Elab<'_> {
                 batched.push(false);
                 continue;
             }
-            let Some((inner, b)) = strip_leading(&v.ty) else {
+            let Some((inner, b)) = v.ty.unbatched() else {
                 return self.err(TypeError::Mismatch {
                     expected: p.subst(&sizes),
                     found: v.ty.clone(),
@@ -91,8 +91,8 @@ impl Elab<'_> {
             }
         }
         let ret = ret.subst(&sizes);
-        let Some(out_ty) = add_leading(&ret, &b) else {
-            let detail = format!("`{}` returns `{ret}`; vmap batches arrays and tuples of arrays", f.name.name);
+        let Some(out_ty) = ret.batched(&b) else {
+            let detail = format!("`{}` returns `{ret}`, which has no arrays to batch", f.name.name);
             return self.err(TypeError::Vmap { detail, span: fname.span });
         };
         if !self.building() {
@@ -118,28 +118,5 @@ impl Elab<'_> {
         let outs = batch_into(b, &func, &args, size as usize);
         let vars = outs.into_iter().map(|o| bdim_at(b, o, 0, size as usize)).collect();
         Val::of(out_ty, vars)
-    }
-}
-
-/// A batched argument's per-example type and batch size: every array in it loses its
-/// leading axis, which must be the same for all.
-fn strip_leading(t: &Ty) -> Option<(Ty, Dim)> {
-    match t {
-        Ty::Array(d, dims) => dims.split_first().map(|(b, rest)| (Ty::Array(*d, rest.to_vec()), b.clone())),
-        Ty::Tuple(ts) => {
-            let parts: Vec<(Ty, Dim)> = ts.iter().map(strip_leading).collect::<Option<_>>()?;
-            let b = parts.first()?.1.clone();
-            parts.iter().all(|(_, d)| *d == b).then(|| (Ty::Tuple(parts.into_iter().map(|(t, _)| t).collect()), b))
-        }
-        Ty::Struct(..) | Ty::Error => None,
-    }
-}
-
-/// A result's batched type: a leading axis on every array.
-fn add_leading(t: &Ty, b: &Dim) -> Option<Ty> {
-    match t {
-        Ty::Array(d, dims) => Some(Ty::Array(*d, std::iter::once(b.clone()).chain(dims.iter().cloned()).collect())),
-        Ty::Tuple(ts) => ts.iter().map(|t| add_leading(t, b)).collect::<Option<_>>().map(Ty::Tuple),
-        Ty::Struct(..) | Ty::Error => None,
     }
 }

@@ -71,6 +71,9 @@ pub enum Origin {
     Item(crate::resolve::ItemRef, Vec<Ty>),
     /// A built-in record (`Step<S>`, `Trajectory<T, B>`) and the type it is made for.
     Builtin(&'static str, Ty),
+    /// A batch of another struct (`State[B]`): its fields with one more leading axis, the
+    /// batch size its last generic (as `vmap` batches a pytree).
+    Batched(Rc<StructDef>),
 }
 
 impl PartialEq for StructDef {
@@ -136,6 +139,44 @@ impl Ty {
         }
     }
 
+    /// The type of a batch of `b` values of this type: every array in it gets a leading
+    /// axis `b`. A batch of structs is a struct ([`Origin::Batched`]).
+    pub fn batched(&self, b: &Dim) -> Option<Ty> {
+        match self {
+            Ty::Array(d, dims) => Some(Ty::Array(*d, std::iter::once(b.clone()).chain(dims.iter().cloned()).collect())),
+            Ty::Tuple(ts) => ts.iter().map(|t| t.batched(b)).collect::<Option<_>>().map(Ty::Tuple),
+            Ty::Struct(def, args) => {
+                // The batch size is a generic of its own, named so as to differ from the inner ones.
+                let size: Rc<str> = Rc::from(format!("#batch{}", def.generics.len()));
+                let lead = Dim::Param(size.clone());
+                let fields =
+                    def.fields.iter().map(|(n, t)| Some((n.clone(), t.batched(&lead)?))).collect::<Option<_>>()?;
+                let generics = def.generics.iter().cloned().chain([size]).collect();
+                let batch = StructDef { name: def.name.clone(), generics, fields, origin: Origin::Batched(def.clone()) };
+                Some(Ty::Struct(Rc::new(batch), args.iter().cloned().chain([b.clone()]).collect()))
+            }
+            Ty::Error => None,
+        }
+    }
+
+    /// The type of one example of a batch (the inverse of [`Ty::batched`]) and the batch
+    /// size, when every array in the type has the same leading axis.
+    pub fn unbatched(&self) -> Option<(Ty, Dim)> {
+        match self {
+            Ty::Array(d, dims) => dims.split_first().map(|(b, rest)| (Ty::Array(*d, rest.to_vec()), b.clone())),
+            Ty::Tuple(ts) => {
+                let parts: Vec<(Ty, Dim)> = ts.iter().map(Ty::unbatched).collect::<Option<_>>()?;
+                let b = parts.first()?.1.clone();
+                parts.iter().all(|(_, d)| *d == b).then(|| (Ty::Tuple(parts.into_iter().map(|(t, _)| t).collect()), b))
+            }
+            Ty::Struct(def, args) => match (&def.origin, args.split_last()) {
+                (Origin::Batched(inner), Some((b, rest))) => Some((Ty::Struct(inner.clone(), rest.to_vec()), b.clone())),
+                _ => None,
+            },
+            Ty::Error => None,
+        }
+    }
+
     /// The fields of a struct type, with its size arguments substituted.
     pub fn struct_fields(def: &StructDef, args: &[Dim]) -> Vec<(String, Ty)> {
         let s: Subst = def.generics.iter().cloned().zip(args.iter().cloned()).collect();
@@ -190,6 +231,15 @@ impl fmt::Display for Ty {
             }
             Ty::Tuple(ts) if ts.len() == 1 => write!(f, "({},)", ts[0]),
             Ty::Tuple(ts) => write!(f, "({})", join(ts)),
+            Ty::Struct(def, args) if matches!(def.origin, Origin::Batched(_)) => {
+                // `State[A, B]`: the batch sizes, outermost first, after the inner type.
+                let (mut t, mut sizes) = (self.clone(), vec![]);
+                while let Some((inner, b)) = t.unbatched().filter(|_| matches!(&t, Ty::Struct(..))) {
+                    sizes.push(b);
+                    t = inner;
+                }
+                write!(f, "{t}[{}]", join(&sizes))
+            }
             Ty::Struct(def, args) if args.is_empty() => f.write_str(&def.name),
             Ty::Struct(def, args) => write!(f, "{}<{}>", def.name, join(args)),
             Ty::Error => f.write_str("{error}"),

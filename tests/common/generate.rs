@@ -73,6 +73,8 @@ pub enum Ty {
     Tuple(Vec<Ty>),
     /// The generator's `structs[i]`.
     Struct(usize),
+    /// A batch of `structs[i]` (`S[b]`): its fields with a leading axis `b`.
+    Batch(usize, usize),
     Key,
 }
 
@@ -163,6 +165,7 @@ impl Gen<'_> {
             Ty::Tuple(ts) if ts.len() == 1 => format!("({},)", self.show(&ts[0])),
             Ty::Tuple(ts) => format!("({})", ts.iter().map(|t| self.show(t)).collect::<Vec<_>>().join(", ")),
             Ty::Struct(i) => format!("S{i}"),
+            Ty::Batch(i, b) => format!("S{i}[{b}]"),
             Ty::Key => "Key".into(),
         }
     }
@@ -184,6 +187,10 @@ impl Gen<'_> {
                 Ty::Tuple((0..n).map(|_| self.ty(depth - 1)).collect())
             }
             2 | 3 if depth > 0 => self.struct_ty(depth - 1, false),
+            4 if depth > 0 => match self.struct_ty(depth - 1, false) {
+                Ty::Struct(i) => Ty::Batch(i, 1 + self.c.below(3)),
+                other => other,
+            },
             _ => {
                 let (d, s) = (self.dtype(), self.shape());
                 Ty::Arr(d, s)
@@ -202,7 +209,7 @@ impl Gen<'_> {
         let fields = (0..n)
             .map(|i| {
                 let t = if floats { self.float_ty(depth) } else { self.ty(depth) };
-                (format!("f{i}"), t)
+                (format!("f{i}"), Self::no_batch(&t))
             })
             .collect();
         self.structs.push(fields);
@@ -225,20 +232,49 @@ impl Gen<'_> {
         match t {
             Ty::Arr(d, _) => *d == D::F,
             Ty::Tuple(ts) => ts.iter().all(|t| self.all_float(t)),
-            Ty::Struct(i) => self.structs[*i].iter().all(|(_, t)| self.all_float(t)),
+            Ty::Struct(i) | Ty::Batch(i, _) => self.structs[*i].iter().all(|(_, t)| self.all_float(t)),
             Ty::Key => false,
         }
     }
 
     fn is_record(t: &Ty) -> bool {
-        matches!(t, Ty::Tuple(_) | Ty::Struct(_))
+        matches!(t, Ty::Tuple(_) | Ty::Struct(_) | Ty::Batch(..))
+    }
+
+    /// `t` with batches of structs replaced by one struct: what a struct's field may be
+    /// here, so that every struct can itself be batched.
+    fn no_batch(t: &Ty) -> Ty {
+        match t {
+            Ty::Batch(i, _) => Ty::Struct(*i),
+            Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(Self::no_batch).collect()),
+            other => other.clone(),
+        }
+    }
+
+    /// A batch of `b` values of type `t`: a leading axis on every array.
+    fn batch_of(t: &Ty, b: usize) -> Ty {
+        match t {
+            Ty::Arr(d, shape) => Ty::Arr(*d, std::iter::once(b).chain(shape.iter().copied()).collect()),
+            Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(|t| Self::batch_of(t, b)).collect()),
+            Ty::Struct(i) => Ty::Batch(*i, b),
+            Ty::Batch(..) | Ty::Key => unreachable!("structs hold no batches or keys: {t:?}"),
+        }
+    }
+
+    /// The fields of a struct or a batch of structs, as their types are.
+    fn fields(&self, t: &Ty) -> Vec<(String, Ty)> {
+        match t {
+            Ty::Struct(i) => self.structs[*i].clone(),
+            Ty::Batch(i, b) => self.structs[*i].iter().map(|(n, ft)| (n.clone(), Self::batch_of(ft, *b))).collect(),
+            _ => vec![],
+        }
     }
 
     fn has_n(t: &Ty) -> bool {
         match t {
             Ty::Arr(_, s) => s.contains(&N),
             Ty::Tuple(ts) => ts.iter().any(Self::has_n),
-            Ty::Struct(_) | Ty::Key => false,
+            Ty::Struct(_) | Ty::Batch(..) | Ty::Key => false,
         }
     }
 
@@ -284,7 +320,7 @@ impl Gen<'_> {
                 let mut parts: Vec<Ty> = (0..2).map(|_| self.ty(0)).collect();
                 parts.insert(k.min(parts.len()), t.clone());
                 let k = k.min(2);
-                if self.c.chance(50) && !Self::has_n(t) {
+                if self.c.chance(50) && !Self::has_n(t) && Self::no_batch(t) == *t && *t != Ty::Key {
                     let fields: Vec<(String, Ty)> =
                         parts.into_iter().enumerate().map(|(i, t)| (format!("f{i}"), t)).collect();
                     self.structs.push(fields);
@@ -338,6 +374,7 @@ impl Gen<'_> {
                     let fs: Vec<String> = fields.iter().map(|(n, ft)| format!("{n}: {}", self.expr(ft, s, d))).collect();
                     format!("S{i} {{ {} }}", fs.join(", "))
                 }
+                Ty::Batch(..) => self.vmap(t, s, d),
                 Ty::Key => self.key(s, d),
             },
         }
@@ -359,9 +396,9 @@ impl Gen<'_> {
                     self.paths_to(format!("{at}.{i}"), et, t, out);
                 }
             }
-            Ty::Struct(i) => {
-                for (n, ft) in &self.structs[*i] {
-                    self.paths_to(format!("{at}.{n}"), ft, t, out);
+            Ty::Struct(_) | Ty::Batch(..) => {
+                for (n, ft) in self.fields(vt) {
+                    self.paths_to(format!("{at}.{n}"), &ft, t, out);
                 }
             }
             Ty::Arr(..) | Ty::Key => {}
@@ -378,9 +415,9 @@ impl Gen<'_> {
                     self.arrays_in(format!("{at}.{i}"), et, out);
                 }
             }
-            Ty::Struct(i) => {
-                for (n, ft) in &self.structs[*i] {
-                    self.arrays_in(format!("{at}.{n}"), ft, out);
+            Ty::Struct(_) | Ty::Batch(..) => {
+                for (n, ft) in self.fields(vt) {
+                    self.arrays_in(format!("{at}.{n}"), &ft, out);
                 }
             }
         }
@@ -435,6 +472,13 @@ impl Gen<'_> {
                 let fields = self.structs[*i].clone();
                 let fs: Vec<String> = fields.iter().map(|(n, ft)| format!("{n}: {}", self.leaf(ft, s))).collect();
                 format!("S{i} {{ {} }}", fs.join(", "))
+            }
+            Ty::Batch(i, b) => {
+                // The one way to write a batch of structs: `vmap` of a function making one.
+                let name = self.name("h");
+                let one = self.leaf(&Ty::Struct(*i), &Scope { vars: vec![("z".into(), f(&[]))], ..Scope::default() });
+                self.items.push(format!("fn {name}(z: f32) -> S{i} {{\n    {one}\n}}"));
+                format!("vmap({name}, zeros([{b}]))")
             }
             Ty::Key => format!("key({})", self.c.below(100)),
         }
@@ -549,32 +593,49 @@ impl Gen<'_> {
     fn batchable(&self, t: &Ty) -> bool {
         match t {
             Ty::Arr(_, s) => !s.is_empty() && !s.contains(&N),
-            Ty::Tuple(ts) => {
-                let lead = |t: &Ty| if let Ty::Arr(_, s) = t { s.first().copied() } else { None };
-                !ts.is_empty() && ts.iter().all(|t| self.batchable(t) && matches!(t, Ty::Arr(..)) && lead(t) == lead(&ts[0]))
-            }
+            Ty::Batch(..) => true,
+            Ty::Tuple(ts) => !ts.is_empty() && ts.iter().all(|t| self.batchable(t) && Self::lead(t) == Self::lead(&ts[0])),
             Ty::Struct(_) | Ty::Key => false,
+        }
+    }
+
+    /// The batch size of a batchable type.
+    fn lead(t: &Ty) -> Option<usize> {
+        match t {
+            Ty::Arr(_, s) => s.first().copied(),
+            Ty::Batch(_, b) => Some(*b),
+            Ty::Tuple(ts) => ts.first().and_then(Self::lead),
+            Ty::Struct(_) | Ty::Key => None,
+        }
+    }
+
+    /// One example's type of a batchable type.
+    fn unbatch(t: &Ty) -> Ty {
+        match t {
+            Ty::Arr(dt, s) => Ty::Arr(*dt, s[1..].to_vec()),
+            Ty::Batch(i, _) => Ty::Struct(*i),
+            Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(Self::unbatch).collect()),
+            other => other.clone(),
         }
     }
 
     /// `vmap` of a new per-example helper whose result, batched, has type `t`.
     fn vmap(&mut self, t: &Ty, s: &Scope, d: usize) -> String {
-        let unbatch = |t: &Ty| match t {
-            Ty::Arr(dt, s) => Ty::Arr(*dt, s[1..].to_vec()),
-            other => other.clone(),
-        };
-        let (b, rt) = match t {
-            Ty::Arr(_, sh) => (sh[0], unbatch(t)),
-            Ty::Tuple(ts) => (if let Ty::Arr(_, sh) = &ts[0] { sh[0] } else { 1 }, Ty::Tuple(ts.iter().map(unbatch).collect())),
-            _ => unreachable!("batchable"),
-        };
+        let (b, rt) = (Self::lead(t).expect("batchable"), Self::unbatch(t));
         let name = self.name("e");
         let n = 1 + self.c.below(3);
         let params: Vec<(String, Ty, bool)> = (0..n)
             .map(|i| {
-                // The first is batched; batched ones are arrays (structs do not batch yet).
+                // The first is batched; a batched one is an array or a struct.
                 let batched = i == 0 || self.c.chance(50);
-                let pt = if batched { let (dt, sh) = (self.dtype(), self.shape()); Ty::Arr(dt, sh) } else { self.ty(1) };
+                let pt = match (batched, self.c.below(4)) {
+                    (true, 0) => self.struct_ty(1, false),
+                    (true, _) => {
+                        let (dt, sh) = (self.dtype(), self.shape());
+                        Ty::Arr(dt, sh)
+                    }
+                    (false, _) => self.ty(1),
+                };
                 (format!("a{i}"), pt, batched)
             })
             .collect();
@@ -585,14 +646,7 @@ impl Gen<'_> {
         self.items.push(format!("fn {name}({}) -> {} {{\n    {body}\n}}", ps.join(", "), self.show(&rt)));
         let args: Vec<String> = params
             .iter()
-            .map(|(_, pt, batched)| match (pt, batched) {
-                (Ty::Arr(dt, sh), true) => {
-                    let mut bs = vec![b];
-                    bs.extend(sh);
-                    self.expr(&Ty::Arr(*dt, bs), s, d)
-                }
-                _ => self.expr(pt, s, d),
-            })
+            .map(|(_, pt, batched)| if *batched { self.expr(&Self::batch_of(pt, b), s, d) } else { self.expr(pt, s, d) })
             .collect();
         format!("vmap({name}, {})", args.join(", "))
     }
