@@ -1,0 +1,181 @@
+//! The Sebulba driver end to end (`podc train --env URI`): runs on the `pod:` backend are
+//! deterministic, a SIGKILLed env worker mid-run is restarted and counted, a host env that
+//! does not match the agent's is a clear error, and a short run learns.
+
+use podracer::host::Backend;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn podc(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_podc"));
+    c.args(args).current_dir(root());
+    c
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The cache venv (made by podc's own code), named explicitly so that the caller's
+/// `PODC_PYTHON` or `VIRTUAL_ENV` cannot change what is tested.
+fn cache_python() -> PathBuf {
+    let cache = podracer::runtime::plugin::cache_dir().unwrap();
+    podracer::host::python::cache_venv(&cache, Backend::Gymnasium).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn records(dir: &Path) -> Vec<Value> {
+    podracer::train::metrics::read(dir).unwrap().into_iter().map(Value::Object).collect()
+}
+
+/// A record without what depends on timing.
+fn untimed(r: &Value) -> Value {
+    let mut r = r.clone();
+    for k in ["steps_per_sec", "wall_s", "actor_idle", "learner_idle"] {
+        r.as_object_mut().unwrap().remove(k);
+    }
+    r
+}
+
+/// A2C on Catch through the `pod:` backend (`--arch sebulba`): small and quick.
+fn train_catch(out: &Path, extra: &[&str]) -> Output {
+    let out = out.to_str().unwrap();
+    let mut args = vec!["train", "examples/catch_a2c.pod", "--arch", "sebulba", "-q", "--out", out];
+    args.extend(extra);
+    for flag in [["--envs", "8"], ["--rollout", "8"], ["--updates-per-call", "4"]] {
+        if !extra.contains(&flag[0]) {
+            args.extend(flag);
+        }
+    }
+    podc(&args).output().unwrap()
+}
+
+#[test]
+fn pod_runs_are_deterministic() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for d in [&a, &b] {
+        let o = train_catch(d, &["--total-steps", "2048", "--seed", "3"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let (ra, rb) = (records(&a), records(&b));
+    assert_eq!(ra.len(), 8);
+    assert_eq!(ra.iter().map(untimed).collect::<Vec<_>>(), rb.iter().map(untimed).collect::<Vec<_>>());
+    // Exactly one version behind, after the first rollout of each thread.
+    assert_eq!(ra.last().unwrap()["policy_lag"], 1.0);
+    for key in ["policy_lag", "actor_idle", "learner_idle", "worker_restarts", "loss", "episode_return"] {
+        assert!(ra[0].get(key).is_some(), "no `{key}` in {}", ra[0]);
+    }
+    // A different seed is a different run.
+    let c = dir.path().join("c");
+    let o = train_catch(&c, &["--total-steps", "2048", "--seed", "4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_ne!(records(&c).iter().map(untimed).collect::<Vec<_>>(), ra.iter().map(untimed).collect::<Vec<_>>());
+}
+
+#[test]
+fn resume_continues_from_the_learner_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let o = train_catch(&out, &["--total-steps", "1024", "--checkpoint-every", "1"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = train_catch(&out, &["--total-steps", "2048", "--resume", out.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = records(&out);
+    let steps: Vec<u64> = r.iter().map(|r| r["env_steps"].as_u64().unwrap()).collect();
+    assert_eq!(steps, (1..=8).map(|i| i * 256).collect::<Vec<_>>());
+    // Other flags than the checkpoint's are refused before anything runs.
+    let o = train_catch(&out, &["--total-steps", "4096", "--resume", out.to_str().unwrap(), "--seed", "9"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("cannot resume") && !stderr(&o).contains("panicked"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_short_run_learns_catch() {
+    let dir = tempfile::tempdir().unwrap();
+    // 640 updates of 8 envs x 8 steps: Anakin's A2C settings, but more updates per step.
+    let o = train_catch(dir.path(), &["--updates-per-call", "20", "--total-steps", "40960"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = records(dir.path());
+    let ret = |r: &Value| r["episode_return"].as_f64().unwrap_or(-1.0);
+    let (first, last) = (ret(&r[0]), ret(r.last().unwrap()));
+    // A random policy catches about one ball in five (mean return about -0.6).
+    assert!(first < 0.0 && last > 0.5, "mean return went from {first} to {last}");
+}
+
+#[test]
+fn a_host_env_that_does_not_match_is_an_error() {
+    let py = cache_python();
+    let o = podc(&["train", "examples/catch_a2c.pod", "--env", "gymnasium:CartPole-v1", "-q", "--python"])
+        .arg(&py)
+        .args(["--out", tempfile::tempdir().unwrap().path().to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for needle in ["does not match", "observation: f32[10, 5], action: discrete(3)", "observation: f32[4], action: discrete(2)"] {
+        assert!(err.contains(needle), "no `{needle}` in: {err}");
+    }
+}
+
+/// The children of a process (its threads' children), from `/proc`.
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = vec![];
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten().flatten() {
+        let text = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+        out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    out
+}
+
+#[test]
+fn a_sigkilled_worker_is_restarted_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let py = cache_python();
+    let mut child = podc(&["train", "examples/cartpole_a2c.pod", "--env", "gymnasium:CartPole-v1", "-q"])
+        .args(["--envs", "8", "--rollout", "16", "--updates-per-call", "5", "--total-steps", "60000", "--python"])
+        .arg(&py)
+        .args(["--out", dir.path().to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait for the first report: the workers are up and stepping.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while podracer::train::metrics::read(dir.path()).map_or(true, |r| r.is_empty()) {
+        assert!(Instant::now() < deadline, "no report within 120 s");
+        assert!(child.try_wait().unwrap().is_none(), "podc ended before its first report");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let workers = children(child.id());
+    assert!(!workers.is_empty(), "no env worker found");
+    let killed = Command::new("kill").args(["-KILL", &workers[0].to_string()]).status().unwrap();
+    assert!(killed.success());
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    let r = records(dir.path());
+    assert_eq!(r.last().unwrap()["env_steps"], 60_160);
+    assert!(r.last().unwrap()["worker_restarts"].as_u64().unwrap() >= 1, "{}", r.last().unwrap());
+}
+
+/// An agent whose `act` returns a behaviour record trains under both drivers.
+#[test]
+fn impala_with_behaviour_runs_under_both_drivers() {
+    let dir = tempfile::tempdir().unwrap();
+    for arch in ["anakin", "sebulba"] {
+        let out = dir.path().join(arch);
+        let o = podc(&["train", "examples/cartpole_impala.pod", "--arch", arch, "-q", "--envs", "8"])
+            .args(["--updates-per-call", "2", "--total-steps", "2048", "--out", out.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{arch}: {}", stderr(&o));
+        assert_eq!(records(&out).last().unwrap()["env_steps"], 2048, "{arch}");
+    }
+}
