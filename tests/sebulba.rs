@@ -119,7 +119,9 @@ fn a_host_env_that_does_not_match_is_an_error() {
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    for needle in ["does not match", "observation: f32[10, 5], action: discrete(3)", "observation: f32[4], action: discrete(2)"] {
+    for needle in
+        ["does not match", "observation: f32[10, 5], action: discrete(3)", "observation: f32[4], action: discrete(2)"]
+    {
         assert!(err.contains(needle), "no `{needle}` in: {err}");
     }
 }

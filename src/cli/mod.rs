@@ -280,21 +280,23 @@ pub fn main(cli: Cli) -> ExitCode {
             },
             cli.plugin.as_deref(),
         ),
-        Command::Train { file, shape, total_steps, seed, out, resume, checkpoint_every, quiet, sebulba } => train::train(
-            train::TrainArgs {
-                file,
-                agent: shape.agent.clone(),
-                sizes: shape.sizes(),
-                total_steps,
-                seed,
-                out,
-                resume,
-                checkpoint_every,
-                quiet,
-                sebulba: shape.sebulba(sebulba),
-            },
-            cli.plugin.as_deref(),
-        ),
+        Command::Train { file, shape, total_steps, seed, out, resume, checkpoint_every, quiet, sebulba } => {
+            train::train(
+                train::TrainArgs {
+                    file,
+                    agent: shape.agent.clone(),
+                    sizes: shape.sizes(),
+                    total_steps,
+                    seed,
+                    out,
+                    resume,
+                    checkpoint_every,
+                    quiet,
+                    sebulba: shape.sebulba(sebulba),
+                },
+                cli.plugin.as_deref(),
+            )
+        }
         Command::Bench(Bench::Train { file, shape, runs, json, sebulba }) => train::bench(
             train::BenchTrainArgs {
                 file,

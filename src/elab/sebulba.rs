@@ -114,8 +114,7 @@ fn learn_program(prog: &Program, agent: &AgentFuncs) -> Func {
     let n_traj = update_tys.len() - n_learner - 1;
     let learner: Vec<Var> = update_tys[..n_learner].iter().map(|t| fresh(&mut cx, t.clone())).collect();
     let key = fresh(&mut cx, ArrayTy::new(DType::U32, vec![2]));
-    let traj: Vec<Var> =
-        update_tys[n_learner..n_learner + n_traj].iter().map(|t| fresh(&mut cx, t.clone())).collect();
+    let traj: Vec<Var> = update_tys[n_learner..n_learner + n_traj].iter().map(|t| fresh(&mut cx, t.clone())).collect();
     let k = leaf(&cx, key);
     let (key_out, k_update) = split2(&mut cx, k, span);
     let args: Vec<Var> = [learner.clone(), traj.clone(), k_update.vars].concat();

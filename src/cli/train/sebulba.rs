@@ -25,9 +25,7 @@ fn env_uri(prog: &Program, agent: &AgentFuncs, flags: &SebulbaFlags) -> Result<S
     });
     match env {
         Some(e) if !e.external => Ok(format!("pod:{}?env={name}", prog.map.name(e.span.file))),
-        _ => Err(Failure::Message(format!(
-            "env `{name}` is `extern`: name the host env to train on with `--env URI`"
-        ))),
+        _ => Err(Failure::Message(format!("env `{name}` is `extern`: name the host env to train on with `--env URI`"))),
     }
 }
 
@@ -67,7 +65,13 @@ struct Setup {
     start: Instant,
 }
 
-fn setup(file: &Path, agent: Option<&str>, sizes: &Sizes, flags: &SebulbaFlags, plugin: Option<&Path>) -> Result<Setup, Failure> {
+fn setup(
+    file: &Path,
+    agent: Option<&str>,
+    sizes: &Sizes,
+    flags: &SebulbaFlags,
+    plugin: Option<&Path>,
+) -> Result<Setup, Failure> {
     let start = Instant::now();
     let (prog, name, _) = prepare(file, agent, &Sizes { devices: 1, ..*sizes })?;
     let mut cfg = layout(&prog, &name, sizes, flags)?;
@@ -194,7 +198,8 @@ pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
 fn save(t: &Sebulba, dir: &Path, cfg: &Value, updates: u64, env_steps: u64) -> Result<(), String> {
     let arrays = t.snapshot()?;
     let meta = json!({ "config": cfg, "updates": updates, "env_steps": env_steps });
-    checkpoint::save(dir, &arrays, &meta).map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", dir.display()))
+    checkpoint::save(dir, &arrays, &meta)
+        .map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", dir.display()))
 }
 
 /// Compile time, then env steps per second as the median over `runs` reports (of

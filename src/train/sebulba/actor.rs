@@ -132,7 +132,14 @@ impl Actor {
     }
 
     /// Acts on a half's current observations, records them, and starts its step.
-    fn act_send(&self, h: &mut Half, params: &[Buffer], key: &mut Buffer, roll: &mut Rollout, t: usize) -> Result<(), String> {
+    fn act_send(
+        &self,
+        h: &mut Half,
+        params: &[Buffer],
+        key: &mut Buffer,
+        roll: &mut Rollout,
+        t: usize,
+    ) -> Result<(), String> {
         let obs = h.out.obs_array(h.env.spec()).map_err(|e| e.to_string())?;
         let obs = self.client.upload(&obs, self.device).map_err(|e| e.to_string())?;
         let mut args: Vec<&Buffer> = vec![key];
@@ -140,7 +147,8 @@ impl Actor {
         args.push(&obs);
         let mut outs = self.act.execute(&args).map_err(|e| e.to_string())?.into_iter();
         *key = outs.next().ok_or("the actor program returned no key")?;
-        let action = outs.next().ok_or("the actor program returned no action")?.download().map_err(|e| e.to_string())?;
+        let action =
+            outs.next().ok_or("the actor program returned no action")?.download().map_err(|e| e.to_string())?;
         let Data::I32(actions) = &action.data else { return Err("the actions are not i32".into()) };
         let l = &self.layout;
         roll.write(l, rollout::OBS, t, h.env0, &h.out.obs);

@@ -123,7 +123,13 @@ pub struct Sebulba {
 impl Sebulba {
     /// Compiles the programs for `agent` (built with `envs / learner devices` envs per
     /// device and the run's rollout). `start` is when building began, for `compile_s`.
-    pub fn new(client: &Client, prog: &Program, agent: &AgentFuncs, cfg: Config, start: Instant) -> Result<Self, String> {
+    pub fn new(
+        client: &Client,
+        prog: &Program,
+        agent: &AgentFuncs,
+        cfg: Config,
+        start: Instant,
+    ) -> Result<Self, String> {
         cfg.check()?;
         let spec = agent_spec(agent)?;
         let half = cfg.envs / cfg.actor_threads / 2;
@@ -244,7 +250,8 @@ impl Sebulba {
         let stop = Arc::new(AtomicBool::new(false));
         let restarts: Vec<Arc<AtomicU64>> = (0..threads).map(|_| Arc::new(AtomicU64::new(0))).collect();
         let notes = Arc::new(Mutex::new(vec![]));
-        let actor_keys = (0..threads).map(|k| keys(seed, k as i32, start).map(|k| k.2)).collect::<Result<Vec<_>, _>>()?;
+        let actor_keys =
+            (0..threads).map(|k| keys(seed, k as i32, start).map(|k| k.2)).collect::<Result<Vec<_>, _>>()?;
         std::thread::scope(|s| {
             let mut rxs = vec![];
             for k in 0..threads {
