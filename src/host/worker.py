@@ -118,10 +118,20 @@ class Gymnasium:
 
 
 class EnvPool:
-    """envpool.make, synchronous. EnvPool resets on the step after an episode ends (that
-    step ignores its action); stepping just the finished envs at once turns this into a
-    same-step reset. Truncation is recomputed from the elapsed steps, since some EnvPool
-    versions end episodes at the time limit with neither flag set (as Cleanba and Stoix do)."""
+    """envpool.make, synchronous. EnvPool resets an env on the step after its episode ends
+    (that step ignores the action); resetting just the finished envs at once (`_reset` of
+    their ids, EnvPool's own reset with force, drawing from each env's own generator as the
+    auto-reset would) turns this into a same-step reset. Truncation is recomputed from the
+    elapsed steps, since some EnvPool versions end episodes at the time limit with neither
+    flag set (as Cleanba and Stoix do).
+
+    Each step is one or two calls into EnvPool's C++ core (`_send`/`_recv`, the calls its
+    own `step` and `reset` make), skipping the Python layer that builds Gymnasium's tuple
+    and info dict: that layer costs about as much as the reset call, so leaving it out is
+    what keeps the conversion cheap (docs/sebulba.md). EnvPool builds whose spec has other
+    keys go through the public `step`/`reset` instead."""
+
+    STATE = ("info:env_id", "elapsed_step", "done", "reward", "trunc")
 
     def __init__(self, np, env_id, kwargs, n):
         import envpool
@@ -134,6 +144,30 @@ class EnvPool:
         self.time_limit = getattr(config, "max_episode_steps", None)
         self.obs_space = self.env.observation_space
         self.act_space = self.env.action_space
+        self.fast = self.core_layout()
+
+    def core_layout(self):
+        """The positions of the state arrays `_recv` returns, and the action dtype, when
+        this EnvPool has the single-player layout the fast path knows; else None."""
+        env = self.env
+        try:
+            state = list(env._state_keys)
+            action_keys = list(env._action_keys)
+            action_dtype = self.np.dtype(env._spec._action_spec[-1][0])
+            players = env.config.get("max_num_players", 1)
+        except Exception:
+            return None
+        obs_keys = [k for k in state if k == "obs" or k.startswith("obs:")]
+        if (
+            not all(k in state for k in self.STATE)
+            or len(obs_keys) != 1
+            or action_keys != ["env_id", "players.env_id", "action"]
+            or players != 1
+            or not all(hasattr(env, f) for f in ("_send", "_recv", "_reset"))
+        ):
+            return None
+        at = {k: state.index(k) for k in self.STATE}
+        return at["info:env_id"], at["elapsed_step"], at["done"], at["reward"], at["trunc"], state.index(obs_keys[0]), action_dtype
 
     def make(self, seed):
         # EnvPool takes int32 seeds (env i gets seed + i); podc's are 64-bit, and a
@@ -147,11 +181,43 @@ class EnvPool:
             self.env.close()
             self.env = self.make(seed)
             self.seed = seed
+            self.fast = self.core_layout()
         o, info = self.env.reset()
         obs[info["env_id"]] = o
         final_obs[:] = obs
 
     def step(self, actions, obs, reward, terminated, truncated, final_obs):
+        if self.fast is None:
+            return self.step_public(actions, obs, reward, terminated, truncated, final_obs)
+        np, env, ids = self.np, self.env, self.ids
+        i_id, i_elapsed, i_done, i_reward, i_trunc, i_obs, dtype = self.fast
+        if actions.dtype != dtype:
+            actions = actions.astype(dtype)
+        env._send([ids, ids, actions])
+        s = env._recv()
+        tr = s[i_trunc]
+        if self.time_limit:
+            tr = tr | (s[i_elapsed] >= self.time_limit)
+        te = s[i_done] > s[i_trunc]  # done and not EnvPool's truncation
+        done = np.flatnonzero(te | tr)
+        if len(done):
+            # Start the resets now; copy this step's results while EnvPool works.
+            done = s[i_id][done]
+            env._reset(done)
+        rows = s[i_id]
+        if np.array_equal(rows, ids):  # the usual order: whole-slice copies are cheapest
+            rows = slice(None)
+        o = s[i_obs]
+        obs[rows] = o
+        final_obs[rows] = o
+        reward[rows] = s[i_reward]
+        terminated[rows] = te
+        truncated[rows] = tr
+        if len(done):
+            s2 = env._recv()
+            obs[s2[i_id]] = s2[i_obs]
+
+    def step_public(self, actions, obs, reward, terminated, truncated, final_obs):
         np = self.np
         o, r, te, tr, info = self.env.step(actions, self.ids)
         ids = info["env_id"]
@@ -166,9 +232,7 @@ class EnvPool:
         truncated[ids] = tr
         done = self.ids[ids][te | tr]
         if len(done):
-            o2, _, _, _, info2 = self.env.step(np.zeros(len(done), dtype=np.int32), done)
-            if np.any(info2["elapsed_step"] != 0):
-                raise RuntimeError("EnvPool did not reset finished envs when stepped alone")
+            o2, info2 = self.env.reset(done)
             obs[info2["env_id"]] = o2
 
 

@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""Host env stepping, side by side: `podc bench env URI` against the backend alone.
+
+For each pair, the same workload on both sides: B envs (`--envs`, default 64), runs of T
+batch steps (`--steps`, default 128) with uniformly random actions drawn beforehand into a
+table that is cycled, one untimed warm-up run, then the median of `--runs` runs (default
+5); steps/s = B * T / median.
+
+- `envpool:CartPole-v1`: podc steps EnvPool in its worker process, through shared memory,
+  with same-step auto-reset; the baseline is EnvPool alone, in this process, stepped the
+  plain way: `envpool.make(ID, env_type="gymnasium", num_envs=B, seed=0)`, then
+  `env.step(actions)` (EnvPool's own next-step auto-reset, no conversion).
+- `gymnasium:CartPole-v1`: podc's worker runs `gymnasium.make_vec(..., "sync")` with
+  same-step auto-reset; the baseline is `gymnasium.make_vec(ID, num_envs=B,
+  vectorization_mode="sync")` (Gymnasium's `SyncVectorEnv`, its default next-step
+  auto-reset) in this process.
+
+The two sides alternate (`--rounds`, default 5, the order swapped every round), since these
+machines are noisy; the report gives each side's median over rounds, the ratio of the
+medians, and the median of the per-round ratios.
+
+Run it with a Python that has the backends, e.g. podc's cache venv, which podc then uses
+for its workers too (`--python` is passed through):
+
+    cargo build --release
+    PY=~/.cache/podracer/python-envs-gymnasium1.2.2-numpy2.2.6/bin/python
+    $PY bench/host_env.py [--rounds 5] [--envs 64] [--steps 128] [--runs 5] [--only envpool]
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def timed_runs(step, actions, steps, runs):
+    """Median steps/s over `runs` runs of `steps` steps, after one warm-up run."""
+    envs = actions.shape[1]
+    times, t = [], 0
+    for run in range(runs + 1):
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(actions[t % len(actions)])
+            t += 1
+        if run > 0:
+            times.append(time.perf_counter() - t0)
+    times.sort()
+    return envs * steps / times[len(times) // 2]
+
+
+def action_table(np, envs, steps, n_actions):
+    rng = np.random.default_rng(0)
+    return rng.integers(0, n_actions, size=(min(steps, 256), envs), dtype=np.int32)
+
+
+def envpool_alone(env_id, envs, steps, runs):
+    import envpool
+    import numpy as np
+
+    t0 = time.perf_counter()
+    env = envpool.make(env_id, env_type="gymnasium", num_envs=envs, seed=0)
+    env.reset()
+    start_s = time.perf_counter() - t0
+    rate = timed_runs(env.step, action_table(np, envs, steps, env.action_space.n), steps, runs)
+    env.close()
+    return {"steps_per_sec": rate, "compile_s": start_s}
+
+
+def gymnasium_alone(env_id, envs, steps, runs):
+    import gymnasium as gym
+    import numpy as np
+
+    t0 = time.perf_counter()
+    env = gym.make_vec(env_id, num_envs=envs, vectorization_mode="sync")
+    env.reset(seed=0)
+    start_s = time.perf_counter() - t0
+    rate = timed_runs(env.step, action_table(np, envs, steps, env.single_action_space.n), steps, runs)
+    env.close()
+    return {"steps_per_sec": rate, "compile_s": start_s}
+
+
+PAIRS = {
+    "envpool": ("envpool:CartPole-v1", envpool_alone, "EnvPool alone (env.step, next-step reset)"),
+    "gymnasium": ("gymnasium:CartPole-v1", gymnasium_alone, "Gymnasium SyncVectorEnv in-process"),
+}
+
+
+def podc_bench(podc, uri, args):
+    cmd = [podc, "bench", "env", uri, "--envs", str(args.envs), "--steps", str(args.steps),
+           "--runs", str(args.runs), "--json", "--python", sys.executable]
+    out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--envs", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=128)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--podc", default=os.path.join(ROOT, "target", "release", "podc"))
+    ap.add_argument("--only", choices=sorted(PAIRS), action="append", help="run only this pair (repeatable)")
+    ap.add_argument("--json", action="store_true", help="also print one JSON line per pair")
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    if not os.path.exists(args.podc):
+        sys.exit(f"no podc at {args.podc}: run `cargo build --release` or pass --podc PATH")
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores (nproc), load average "
+          f"{os.getloadavg()[0]:.1f}; python {sys.executable}")
+    print(f"B={args.envs} envs, T={args.steps} steps per run, median of {args.runs} runs after a warm-up; "
+          f"{args.rounds} interleaved rounds")
+    for name in args.only or ["envpool", "gymnasium"]:
+        uri, alone, what = PAIRS[name]
+        env_id = uri.split(":", 1)[1]
+        ours, theirs = [], []
+        for r in range(args.rounds):
+            sides = [("podc", lambda: podc_bench(args.podc, uri, args)),
+                     ("alone", lambda: alone(env_id, args.envs, args.steps, args.runs))]
+            if r % 2:
+                sides.reverse()
+            got = {}
+            for side, fn in sides:
+                got[side] = fn()["steps_per_sec"]
+            ours.append(got["podc"])
+            theirs.append(got["alone"])
+            print(f"  round {r + 1}: podc bench env {uri} {got['podc']:9.0f} steps/s, "
+                  f"{what} {got['alone']:9.0f} steps/s, ratio {got['podc'] / got['alone']:.3f}", flush=True)
+        m_ours, m_theirs = statistics.median(ours), statistics.median(theirs)
+        ratios = [o / t for o, t in zip(ours, theirs)]
+        print(f"{uri}: podc {m_ours:.0f} steps/s, {what} {m_theirs:.0f} steps/s; ratio of medians "
+              f"{m_ours / m_theirs:.3f}, median per-round ratio {statistics.median(ratios):.3f}")
+        if args.json:
+            print(json.dumps({"uri": uri, "envs": args.envs, "steps": args.steps, "podc_steps_per_sec": m_ours,
+                              "alone_steps_per_sec": m_theirs, "ratio": m_ours / m_theirs,
+                              "per_round_ratios": ratios}))
+
+
+if __name__ == "__main__":
+    main()
