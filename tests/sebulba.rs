@@ -181,3 +181,20 @@ fn impala_with_behaviour_runs_under_both_drivers() {
         assert_eq!(records(&out).last().unwrap()["env_steps"], 2048, "{arch}");
     }
 }
+
+/// The actor program takes the policy's leaves only: for PPO, the actor MLP's, not the
+/// critic's or the optimiser state's.
+#[test]
+fn the_actor_reads_only_the_policy() {
+    let (prog, diags) = podracer::driver::check_file(&root().join("examples/cartpole_ppo.pod")).unwrap();
+    assert!(diags.is_empty());
+    let agent = podracer::elab::agent::build_agent(&prog, "PPO", 32, 128).unwrap_or_else(|d| panic!("{}", d.message));
+    let p = podracer::elab::sebulba::sebulba_programs(&prog, &agent, 16);
+    let names = podracer::elab::anakin::leaf_names(&agent.info.learner, "learner");
+    let read: Vec<&str> = p.policy.iter().map(|&i| names[i].as_str()).collect();
+    assert!(!read.is_empty() && read.iter().all(|n| n.starts_with("learner.params.actor.")), "{read:?}");
+    let actor = names.iter().filter(|n| n.starts_with("learner.params.actor.")).count();
+    assert_eq!(read.len(), actor, "{read:?}");
+    // The program's parameters: the key, those leaves, the observations.
+    assert_eq!(p.act.graph.params.len(), 1 + actor + 1);
+}

@@ -35,8 +35,6 @@ use std::rc::Rc;
 
 /// The built-in record of a rollout.
 pub(crate) const TRAJECTORY: &str = "Trajectory";
-/// The built-in record of `traj.behaviour` (the behaviour record stacked over `[T, B]`).
-const BEHAVIOUR: &str = "Trajectory.behaviour";
 
 /// What the checker learned about an agent.
 pub struct AgentInfo {
@@ -120,24 +118,12 @@ impl Elab<'_> {
             ("terminated".to_string(), per_step(DType::Bool)),
             ("truncated".to_string(), per_step(DType::Bool)),
             ("final_obs".to_string(), stacked(*dtype, &tb)),
-            ("last_obs".to_string(), stacked(*dtype, &[b])),
+            ("last_obs".to_string(), stacked(*dtype, &[b.clone()])),
         ];
-        if let Some(Ty::Struct(def, args)) = behaviour {
-            // `B` with each field stacked over the rollout: `traj.behaviour.log_prob: f32[T, B]`.
-            let rows = Ty::struct_fields(def, args)
-                .into_iter()
-                .map(|(n, t)| match t {
-                    Ty::Array(d, inner) => (n, Ty::Array(d, tb.iter().cloned().chain(inner).collect())),
-                    other => (n, other),
-                })
-                .collect();
-            let def = Rc::new(StructDef {
-                name: def.name.clone(),
-                generics: vec!["T".into(), "B".into()],
-                fields: rows,
-                origin: Origin::Builtin(BEHAVIOUR, behaviour.cloned().expect("matched")),
-            });
-            fields.push(("behaviour".to_string(), Ty::Struct(def, tb.to_vec())));
+        // `B[T, B]`: the behaviour record batched over the rollout (`traj.behaviour.log_prob:
+        // f32[T, B]`), as `vmap` batches structs.
+        if let Some(rows) = behaviour.and_then(|r| r.batched(&b)).and_then(|r| r.batched(&t)) {
+            fields.push(("behaviour".to_string(), rows));
         }
         Rc::new(StructDef {
             name: TRAJECTORY.into(),
