@@ -63,7 +63,7 @@ impl<'p> Elab<'p> {
         if let Some(caller) = self.current.filter(|_| !self.building()) {
             self.calls.push((caller, r, name.span));
         }
-        if self.stack.contains(&r) {
+        if self.stack.contains(&std::ptr::from_ref(f)) {
             return self.err(TypeError::Recursive { name: f.name.name.clone(), span: name.span });
         }
         let type_params = self.fn_type_params(f);
@@ -115,7 +115,7 @@ impl<'p> Elab<'p> {
             // A function with type parameters is checked here, for these types.
             if !types.is_empty() {
                 let args = params.iter().map(|p| Val::of(p.subst(&sizes), vec![])).collect();
-                self.stack.push(r);
+                self.stack.push(f);
                 self.inline(f, r.module, sizes, types, args, &ret);
                 self.stack.pop();
             }
@@ -128,10 +128,44 @@ impl<'p> Elab<'p> {
             .zip(args)
             .map(|((v, p), a)| self.coerce(v, &p.subst(&sizes), a.span, None))
             .collect();
-        self.stack.push(r);
+        self.stack.push(f);
         let v = self.inline(f, r.module, sizes, types, args, &ret);
         self.stack.pop();
         v
+    }
+
+    /// `Env::f(args)`: an env's function, called as any other (so that a wrapper env can
+    /// step the env it wraps).
+    pub(super) fn env_call(
+        &mut self,
+        env: &ast::Ident,
+        func: &ast::Ident,
+        args: &[ast::Expr],
+        span: Span,
+        expected: Option<&Ty>,
+    ) -> Val {
+        let item = self.prog.modules[self.module].scope.get(&env.name).copied();
+        let found = item.and_then(|r| match self.prog.item(r) {
+            ast::Item::Env(e) => Some((r, e)),
+            _ => None,
+        });
+        let target = match found {
+            None => Err(TypeError::EnvPath { detail: format!("`{}` is not an env in scope", env.name), span: env.span }),
+            Some((_, e)) if e.external => Err(TypeError::ExternEnv { name: e.name.name.clone(), span: env.span }),
+            Some((r, e)) => e.fns.iter().find(|f| f.name.name == func.name).map(|f| (r, f)).ok_or_else(|| {
+                let detail = format!("env `{}` has no function `{}`", env.name, func.name);
+                TypeError::EnvPath { detail, span: func.span }
+            }),
+        };
+        match target {
+            Ok((r, f)) => self.call_user(r, f, func, args, span, expected),
+            Err(e) => {
+                for a in args {
+                    self.expr(a);
+                }
+                self.err(e)
+            }
+        }
     }
 
     /// The function that the first argument of a transform names (`vmap(f, ..)`,

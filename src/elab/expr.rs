@@ -118,6 +118,7 @@ impl Elab<'_> {
                 }
             }
             ExprKind::Call { func, args } => self.call(func, args, None, e.span, expected),
+            ExprKind::EnvCall { env, func, args } => self.env_call(env, func, args, e.span, expected),
             ExprKind::Method { receiver, method, args } => self.call(method, args, Some(receiver), e.span, expected),
             ExprKind::Index(x, idx) => self.index(x, idx, e.span),
             ExprKind::Unary(op, x) => self.unary(*op, x, e.span),

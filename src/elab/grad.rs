@@ -54,7 +54,7 @@ impl Elab<'_> {
         if let Some(caller) = self.current.filter(|_| !self.building()) {
             self.calls.push((caller, r, fname.span));
         }
-        if self.stack.contains(&r) {
+        if self.stack.contains(&std::ptr::from_ref(f)) {
             return self.err(TypeError::Recursive { name: f.name.name.clone(), span: fname.span });
         }
         let (params, ret) = self.callee_signature(r, f, &Default::default());
@@ -113,7 +113,7 @@ impl Elab<'_> {
         let wrt: Vec<bool> =
             inner_params.iter().enumerate().flat_map(|(k, p)| p.vars.iter().map(move |_| k == 0)).collect();
         let param_vars: Vec<Var> = inner_params.iter().flat_map(|v| v.vars.iter().copied()).collect();
-        self.stack.push(r);
+        self.stack.push(f);
         let errors = self.diags.len();
         let out = self.inline(f, r.module, sizes, Default::default(), inner_params, &ret);
         self.stack.pop();

@@ -173,8 +173,9 @@ pub(crate) struct Elab<'p> {
     /// The observation type inside an agent, where `Trajectory<T, B>` is defined.
     trajectory: Option<Ty>,
     consts: HashMap<ItemRef, Val>,
-    /// Functions being inlined (build mode), to stop at recursion.
-    stack: Vec<ItemRef>,
+    /// Functions being inlined (build mode), to stop at recursion; by identity, since an
+    /// env's functions are not items of their own.
+    stack: Vec<*const ast::Fn>,
     /// The function being checked, and every call seen while checking (caller, callee,
     /// call site): calls are inlined, so a cycle among them is an error.
     current: Option<ItemRef>,

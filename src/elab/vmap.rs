@@ -104,7 +104,7 @@ impl Elab<'_> {
         let outer = self.b.replace(Builder::new());
         let inner_params: Vec<Val> = param_tys.iter().map(|t| self.param(t.clone())).collect();
         let param_vars: Vec<Var> = inner_params.iter().flat_map(|v| v.vars.iter().copied()).collect();
-        self.stack.push(r);
+        self.stack.push(f);
         let out = self.inline(f, r.module, sizes, Default::default(), inner_params, &ret);
         self.stack.pop();
         let inner = std::mem::replace(&mut self.b, outer).expect("build mode");

@@ -254,6 +254,12 @@ pub enum ExprKind {
         func: Ident,
         args: Vec<Expr>,
     },
+    /// `CartPole::step(s, a, k)`: one of an env's functions, called as any function.
+    EnvCall {
+        env: Ident,
+        func: Ident,
+        args: Vec<Expr>,
+    },
     /// `e.f(a, b)`, which means `f(e, a, b)`.
     Method {
         receiver: Box<Expr>,

@@ -319,7 +319,8 @@ impl ErrorContext<'_, '_> {
              `for i in 0..N carry x = init { ... }`"
                 .to_string()
         } else if found == Some(Tok::PathSep) {
-            "`::` joins the parts of a module path in a `use` declaration: import the item, then call it by name"
+            "`::` joins a module path in a `use` declaration (import the item, then call it by name), \
+             or calls an env's function: `CartPole::step(s, a, key)`"
                 .to_string()
         } else if has(expected, ";") {
             let what = match self.enclosing_statement(at) {

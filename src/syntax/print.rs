@@ -285,6 +285,11 @@ fn expr_doc(e: &Expr) -> Doc {
             items.extend(all(args));
             with("call", 2, items)
         }
+        ExprKind::EnvCall { env, func, args } => {
+            let mut items = vec![atom(format!("{}::{}", env.name, func.name))];
+            items.extend(all(args));
+            with("call", 2, items)
+        }
         ExprKind::Method { receiver, method, args } => {
             let mut items = vec![atom(&method.name), expr_doc(receiver)];
             items.extend(all(args));

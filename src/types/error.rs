@@ -190,6 +190,11 @@ pub enum TypeError {
         detail: String,
         span: Span,
     },
+    /// `X::f(..)` where `X` is not an env with a function `f`.
+    EnvPath {
+        detail: String,
+        span: Span,
+    },
     // `grad`: `f` (at `span`) does not return an f32 scalar (`ret`: its declared type);
     // the differentiated argument is not made of f32 arrays; the loss depends, through a
     // derivative, on a value with none (`span`: what made it, `call`: the `grad` call).
@@ -434,6 +439,8 @@ impl TypeError {
             .with_note("records and tuples combine leaf by leaf with a record of the same type, or with a scalar"),
             E::Vmap { detail, span } => Diag::new("E0224", "cannot batch this call", span, detail)
                 .with_note("an argument with one more leading axis than its parameter is batched; one of the parameter's type is shared"),
+            E::EnvPath { detail, span } => Diag::new("E0231", "no such env function", span, detail)
+                .with_note("`Env::f(..)` calls the function `f` (`reset`, `step` or `observe`) of the env `Env`"),
         }
     }
 }
