@@ -11,7 +11,8 @@
 //!
 //! Every primitive has one home under `prims/` holding all of its rules. The core is pure;
 //! IO lives in `resolve` (reading modules), `runtime`, `train` (a run's checkpoints,
-//! metrics and plots) and `cli`, and `unsafe` only in `runtime::pjrt::ffi`.
+//! metrics and plots), `host` (env workers) and `cli`, and `unsafe` only in `runtime::pjrt::ffi`
+//! and `host::shm` (the memory shared with env workers).
 
 #![deny(unsafe_code)]
 

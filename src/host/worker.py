@@ -139,6 +139,7 @@ class EnvPool:
         self.np, self.envpool, self.id, self.kwargs, self.n = np, envpool, env_id, kwargs, n
         self.seed = 0
         self.ids = np.arange(n, dtype=np.int32)
+        self.ended = np.zeros(n, dtype=np.bool_)
         self.env = self.make(0)
         config = getattr(self.env.spec, "config", None)
         self.time_limit = getattr(config, "max_episode_steps", None)
@@ -163,6 +164,7 @@ class EnvPool:
             or len(obs_keys) != 1
             or action_keys != ["env_id", "players.env_id", "action"]
             or players != 1
+            or env.config.get("batch_size", self.n) not in (0, self.n)
             or not all(hasattr(env, f) for f in ("_send", "_recv", "_reset"))
         ):
             return None
@@ -195,27 +197,27 @@ class EnvPool:
             actions = actions.astype(dtype)
         env._send([ids, ids, actions])
         s = env._recv()
-        tr = s[i_trunc]
+        # A sync pool returns the envs in the order sent (EnvPool writes row i of a sync
+        # batch for the i-th id), so rows are env ids; the flags go straight to podc's
+        # shared memory.
+        trunc = s[i_trunc]
         if self.time_limit:
-            tr = tr | (s[i_elapsed] >= self.time_limit)
-        te = s[i_done] > s[i_trunc]  # done and not EnvPool's truncation
-        done = np.flatnonzero(te | tr)
+            np.greater_equal(s[i_elapsed], self.time_limit, out=truncated)
+            np.logical_or(truncated, trunc, out=truncated)
+        else:
+            truncated[:] = trunc
+        np.greater(s[i_done], trunc, out=terminated)  # done and not EnvPool's truncation
+        done = np.flatnonzero(np.logical_or(terminated, truncated, out=self.ended))
         if len(done):
             # Start the resets now; copy this step's results while EnvPool works.
-            done = s[i_id][done]
+            done = ids[done]
             env._reset(done)
-        rows = s[i_id]
-        if np.array_equal(rows, ids):  # the usual order: whole-slice copies are cheapest
-            rows = slice(None)
         o = s[i_obs]
-        obs[rows] = o
-        final_obs[rows] = o
-        reward[rows] = s[i_reward]
-        terminated[rows] = te
-        truncated[rows] = tr
+        obs[:] = o
+        final_obs[:] = o
+        reward[:] = s[i_reward]
         if len(done):
-            s2 = env._recv()
-            obs[s2[i_id]] = s2[i_obs]
+            obs[done] = env._recv()[i_obs]
 
     def step_public(self, actions, obs, reward, terminated, truncated, final_obs):
         np = self.np
