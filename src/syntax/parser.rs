@@ -390,7 +390,7 @@ const EXPR_START: [&str; 12] =
 const BINARY_OPS: [&str; 15] = ["+", "-", "*", "/", "%", "**", "@", "==", "!=", "<", "<=", ">", ">=", "&&", "||"];
 
 /// Postfix forms, folded into "an operator" along with the binary operators.
-const POSTFIX_OPS: [&str; 4] = ["as", ".", "[", "("];
+const POSTFIX_OPS: [&str; 5] = ["as", ".", "[", "(", "::"];
 
 /// "expected `;`", "expected one of `)`, `,` or an operator": lalrpop's list of expected
 /// terminals, sorted, deduplicated and summarised. `None` if nothing was expected. At the
