@@ -25,6 +25,7 @@ for its workers too (`--python` is passed through):
     cargo build --release
     PY=~/.cache/podracer/python-envs-gymnasium1.2.2-numpy2.2.6/bin/python
     $PY bench/host_env.py [--rounds 5] [--envs 64] [--steps 128] [--runs 5] [--only envpool]
+    $PY bench/host_env.py --breakdown 40     # where the worker's EnvPool time goes, in-process
 """
 import argparse
 import json
@@ -103,6 +104,58 @@ PAIRS = {
 }
 
 
+def envpool_breakdown(env_id, envs, steps, rounds):
+    """Where the worker's time goes, in this process, interleaved: EnvPool's public `step`
+    (the baseline), one call into its core (`_send`/`_recv`, no conversion), podc's worker
+    class (src/host/worker.py, same-step reset through the core calls) and the same
+    conversion through the public API (`step`, then `reset` of the finished envs)."""
+    import importlib.util
+
+    import envpool
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location("podc_worker", os.path.join(ROOT, "src", "host", "worker.py"))
+    worker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(worker)
+    actions = action_table(np, envs, steps, 2)
+    raw = envpool.make(env_id, env_type="gymnasium", num_envs=envs, seed=0)
+    raw.reset()
+    core = envpool.make(env_id, env_type="gymnasium", num_envs=envs, seed=0)
+    core.reset()
+    ids = np.arange(envs, dtype=np.int32)
+
+    def core_step(a):
+        core._send([ids, ids, a])
+        core._recv()
+
+    def worker_class(public):
+        env = worker.EnvPool(np, env_id, {}, envs)
+        obs = np.zeros((envs, *env.obs_space.shape), np.float32)
+        final_obs, reward = obs.copy(), np.zeros(envs, np.float32)
+        terminated, truncated = np.zeros(envs, np.bool_), np.zeros(envs, np.bool_)
+        env.reset(0, obs, final_obs)
+        step = env.step_public if public else env.step
+        return lambda a: step(a, obs, reward, terminated, truncated, final_obs)
+
+    variants = [("EnvPool env.step (baseline)", raw.step), ("one core call (_send/_recv)", core_step),
+                ("podc worker class, same-step", worker_class(False)),
+                ("same conversion via public API", worker_class(True))]
+    rates = {name: [] for name, _ in variants}
+    t = 0
+    for r in range(rounds):
+        for name, step in variants if r % 2 else variants[::-1]:
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                step(actions[t % len(actions)])
+                t += 1
+            rates[name].append(envs * steps / (time.perf_counter() - t0))
+    base = statistics.median(rates[variants[0][0]])
+    print(f"{env_id} in-process, {envs} envs, median of {rounds} interleaved runs of {steps} steps:")
+    for name, _ in variants:
+        m = statistics.median(rates[name])
+        print(f"  {name:32s} {m:9.0f} steps/s  {m / base:.3f}x")
+
+
 def podc_bench(podc, uri, args):
     cmd = [podc, "bench", "env", uri, "--envs", str(args.envs), "--steps", str(args.steps),
            "--runs", str(args.runs), "--json", "--python", sys.executable]
@@ -119,8 +172,13 @@ def main():
     ap.add_argument("--podc", default=os.path.join(ROOT, "target", "release", "podc"))
     ap.add_argument("--only", choices=sorted(PAIRS), action="append", help="run only this pair (repeatable)")
     ap.add_argument("--json", action="store_true", help="also print one JSON line per pair")
+    ap.add_argument("--breakdown", type=int, metavar="ROUNDS", default=0,
+                    help="instead, time EnvPool's variants in this process (see envpool_breakdown)")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
+    if args.breakdown:
+        envpool_breakdown("CartPole-v1", args.envs, args.steps, args.breakdown)
+        return
     if not os.path.exists(args.podc):
         sys.exit(f"no podc at {args.podc}: run `cargo build --release` or pass --podc PATH")
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores (nproc), load average "
