@@ -72,12 +72,29 @@ def action_table(np, envs, steps, n_actions):
     return rng.integers(0, n_actions, size=(min(steps, 256), envs), dtype=np.int32)
 
 
-def envpool_alone(env_id, envs, steps, runs):
+def parse_kwargs(query):
+    """`k=v&k2=v2` as podc types URI keywords: bools, then ints, then floats, else strings."""
+    out = {}
+    for pair in filter(None, (query or "").split("&")):
+        k, v = pair.split("=", 1)
+        if v.lower() in ("true", "false"):
+            out[k] = v.lower() == "true"
+        else:
+            for cast in (int, float, str):
+                try:
+                    out[k] = cast(v)
+                    break
+                except ValueError:
+                    pass
+    return out
+
+
+def envpool_alone(env_id, envs, steps, runs, kwargs):
     import envpool
     import numpy as np
 
     t0 = time.perf_counter()
-    env = envpool.make(env_id, env_type="gymnasium", num_envs=envs, seed=0)
+    env = envpool.make(env_id, env_type="gymnasium", num_envs=envs, seed=0, **kwargs)
     env.reset()
     start_s = time.perf_counter() - t0
     rate = timed_runs(env.step, action_table(np, envs, steps, env.action_space.n), steps, runs)
@@ -85,12 +102,12 @@ def envpool_alone(env_id, envs, steps, runs):
     return {"steps_per_sec": rate, "compile_s": start_s}
 
 
-def gymnasium_alone(env_id, envs, steps, runs):
+def gymnasium_alone(env_id, envs, steps, runs, kwargs):
     import gymnasium as gym
     import numpy as np
 
     t0 = time.perf_counter()
-    env = gym.make_vec(env_id, num_envs=envs, vectorization_mode="sync")
+    env = gym.make_vec(env_id, num_envs=envs, vectorization_mode="sync", **kwargs)
     env.reset(seed=0)
     start_s = time.perf_counter() - t0
     rate = timed_runs(env.step, action_table(np, envs, steps, env.single_action_space.n), steps, runs)
@@ -172,6 +189,8 @@ def main():
     ap.add_argument("--podc", default=os.path.join(ROOT, "target", "release", "podc"))
     ap.add_argument("--only", choices=sorted(PAIRS), action="append", help="run only this pair (repeatable)")
     ap.add_argument("--json", action="store_true", help="also print one JSON line per pair")
+    ap.add_argument("--query", default="", metavar="K=V&...",
+                    help="keyword arguments for both sides: appended to podc's URI, passed to make")
     ap.add_argument("--breakdown", type=int, metavar="ROUNDS", default=0,
                     help="instead, time EnvPool's variants in this process (see envpool_breakdown)")
     args = ap.parse_args()
@@ -188,10 +207,13 @@ def main():
     for name in args.only or ["envpool", "gymnasium"]:
         uri, alone, what = PAIRS[name]
         env_id = uri.split(":", 1)[1]
+        kwargs = parse_kwargs(args.query)
+        if args.query:
+            uri = f"{uri}?{args.query}"
         ours, theirs = [], []
         for r in range(args.rounds):
             sides = [("podc", lambda: podc_bench(args.podc, uri, args)),
-                     ("alone", lambda: alone(env_id, args.envs, args.steps, args.runs))]
+                     ("alone", lambda: alone(env_id, args.envs, args.steps, args.runs, kwargs))]
             if r % 2:
                 sides.reverse()
             got = {}
