@@ -81,7 +81,11 @@ pub struct SebulbaFlags {
     /// default: exactly one behind, which keeps runs deterministic).
     #[arg(long, value_name = "N")]
     pub max_policy_lag: Option<u64>,
-    /// Worker processes per half-batch of host envs (Python backends).
+    /// Step each actor thread's envs as one batch, not two halves that take turns
+    /// (Sebulba): half the device calls, but no overlap of stepping and acting.
+    #[arg(long)]
+    pub single_buffer: bool,
+    /// Worker processes per batch of host envs (Python backends).
     #[arg(long, default_value_t = 1)]
     pub env_workers: usize,
     /// The Python for env workers (else `PODC_PYTHON`, else `$VIRTUAL_ENV`, else a venv

@@ -50,6 +50,7 @@ fn layout(prog: &Program, agent: &str, sizes: &Sizes, flags: &SebulbaFlags) -> R
         actor_devices: flags.actor_devices.clone(),
         learner_devices: flags.learner_devices.clone(),
         max_policy_lag: flags.max_policy_lag,
+        double_buffer: !flags.single_buffer,
         host,
     };
     cfg.check()?;
@@ -97,6 +98,7 @@ fn sebulba_config(a: &TrainArgs, s: &Setup) -> Value {
     o.insert("actor_threads".into(), json!(c.actor_threads));
     o.insert("learner_devices".into(), json!(c.learner_devices.len()));
     o.insert("max_policy_lag".into(), json!(c.max_policy_lag));
+    o.insert("single_buffer".into(), json!(!c.double_buffer));
     cfg
 }
 

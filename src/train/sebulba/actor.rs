@@ -1,6 +1,6 @@
 //! An actor thread: two half-batches of host environments, stepped in turn so that one
-//! half steps while the device acts on the other (sample-factory's double buffering),
-//! writing a rollout of `T` steps for the learner.
+//! half steps while the device acts on the other (sample-factory's double buffering), or
+//! one batch, writing a rollout of `T` steps for the learner.
 
 use super::policy::{PolicyStore, Want};
 use super::rollout::{self, Layout, Rollout};
@@ -15,14 +15,16 @@ use std::time::Instant;
 /// Everything one actor thread needs.
 pub struct Actor {
     pub thread: usize,
+    /// Env batches: 2 (double-buffered halves) or 1.
+    pub buffers: usize,
     pub device: usize,
     pub client: Client,
     /// `(key, policy.., obs) -> (key, action, behaviour..)` for half a batch, on `device`.
     pub act: Arc<Executable>,
     pub uri: String,
-    /// Options of one half (its `num_envs` is half the thread's).
+    /// Options of one batch (its `num_envs` is the thread's, or half of it).
     pub opts: host::Options,
-    /// The first half's reset seed; the second half's is `env_seed + half`.
+    /// The first batch's reset seed; the second's is `env_seed + num_envs`.
     pub env_seed: u64,
     pub key: Array,
     /// The agent's env, which the host env must match.
@@ -58,10 +60,10 @@ impl Actor {
         }
     }
 
-    fn open(&self) -> Result<[Half; 2], String> {
+    fn open(&self) -> Result<Vec<Half>, String> {
         let n = self.opts.num_envs;
         let mut halves = vec![];
-        for h in 0..2 {
+        for h in 0..self.buffers {
             let mut env = host::open(&self.uri, &self.opts, Some(&self.client)).map_err(|e| e.to_string())?;
             check_spec(&self.expected, env.spec(), &self.uri)?;
             if h == 0 && self.thread == 0 && env.spec().time_limit != self.expected.time_limit {
@@ -78,7 +80,7 @@ impl Actor {
             env.reset(self.env_seed + (h * n) as u64, &mut out).map_err(|e| e.to_string())?;
             halves.push(Half { env, out, env0: h * n, ret: vec![0.0; n], len: vec![0; n] });
         }
-        halves.try_into().map_err(|_| "two halves".to_string())
+        Ok(halves)
     }
 
     fn run_inner(&self) -> Result<(), String> {
@@ -107,14 +109,22 @@ impl Actor {
             let params = &current.as_ref().expect("set above").1;
             let mut roll = Rollout::new(&self.layout);
             roll.version = version;
-            self.act_send(&mut halves[0], params, &mut key, &mut roll, 0)?;
-            for t in 0..self.layout.steps {
-                self.act_send(&mut halves[1], params, &mut key, &mut roll, t)?;
-                self.recv(&mut halves[0], &mut roll, t)?;
-                if t + 1 < self.layout.steps {
-                    self.act_send(&mut halves[0], params, &mut key, &mut roll, t + 1)?;
+            if let [a, b] = &mut halves[..] {
+                // A steps while the device acts on B, and the other way round.
+                self.act_send(a, params, &mut key, &mut roll, 0)?;
+                for t in 0..self.layout.steps {
+                    self.act_send(b, params, &mut key, &mut roll, t)?;
+                    self.recv(a, &mut roll, t)?;
+                    if t + 1 < self.layout.steps {
+                        self.act_send(a, params, &mut key, &mut roll, t + 1)?;
+                    }
+                    self.recv(b, &mut roll, t)?;
                 }
-                self.recv(&mut halves[1], &mut roll, t)?;
+            } else {
+                for t in 0..self.layout.steps {
+                    self.act_send(&mut halves[0], params, &mut key, &mut roll, t)?;
+                    self.recv(&mut halves[0], &mut roll, t)?;
+                }
             }
             for h in &halves {
                 roll.write(&self.layout, rollout::LAST_OBS, 0, h.env0, &h.out.obs);

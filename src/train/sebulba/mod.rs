@@ -2,7 +2,7 @@
 //! learner devices.
 //!
 //! - **Actors.** `actor_threads` threads, spread over the actor devices, each with its own
-//!   `envs / actor_threads` host environments in two halves (see [`actor`]). Each runs
+//!   `envs / actor_threads` host environments, by default in two halves (see [`actor`]). Each runs
 //!   the actor program (`elab::sebulba`) on its device and writes rollouts of `T` steps
 //!   into a queue of size 1 to the learner.
 //! - **Learner** (the calling thread). Each update takes one rollout from every actor
@@ -51,7 +51,10 @@ pub struct Config {
     pub actor_devices: Vec<usize>,
     pub learner_devices: Vec<usize>,
     pub max_policy_lag: Option<u64>,
-    /// Host-env options (`num_envs` is set per half-batch).
+    /// Whether each actor thread steps its envs as two halves, acting on one while the
+    /// other steps; else as one batch (half the device calls, no overlap).
+    pub double_buffer: bool,
+    /// Host-env options (`num_envs` is set per batch).
     pub host: host::Options,
 }
 
@@ -62,10 +65,14 @@ impl Config {
         if a == 0 || self.actor_devices.is_empty() || l == 0 {
             return Err("Sebulba needs at least one actor thread, one actor device and one learner device".into());
         }
-        if e == 0 || !e.is_multiple_of(2 * a) {
-            return Err(format!(
-                "`--envs {e}` must be a positive multiple of 2 x `--actor-threads {a}`: each actor thread steps two equal halves"
-            ));
+        let parts = a * self.buffers();
+        if e == 0 || !e.is_multiple_of(parts) {
+            return Err(match self.double_buffer {
+                true => format!(
+                    "`--envs {e}` must be a positive multiple of 2 x `--actor-threads {a}`: each actor thread steps two equal halves"
+                ),
+                false => format!("`--envs {e}` must be a positive multiple of `--actor-threads {a}`"),
+            });
         }
         if !e.is_multiple_of(l) {
             return Err(format!("`--envs {e}` must be a multiple of the {l} learner device(s)"));
@@ -74,6 +81,16 @@ impl Config {
             return Err("`--rollout` and `--updates-per-call` must be positive".into());
         }
         Ok(())
+    }
+
+    /// Env batches per actor thread.
+    pub fn buffers(&self) -> usize {
+        if self.double_buffer { 2 } else { 1 }
+    }
+
+    /// Envs per batch (what the actor program is compiled for).
+    pub fn batch(&self) -> usize {
+        self.envs / self.actor_threads / self.buffers()
     }
 
     pub fn steps_per_update(&self) -> u64 {
@@ -132,8 +149,7 @@ impl Sebulba {
     ) -> Result<Self, String> {
         cfg.check()?;
         let spec = agent_spec(agent)?;
-        let half = cfg.envs / cfg.actor_threads / 2;
-        let programs = sebulba_programs(prog, agent, half);
+        let programs = sebulba_programs(prog, agent, cfg.batch());
         let n = programs.learner.len();
         let learn = client
             .compile_on(&lower_module_donating(&programs.learn, cfg.learner_devices.len(), n + 1), &cfg.learner_devices)
@@ -244,8 +260,8 @@ impl Sebulba {
     ) -> Result<(), String> {
         let cfg = self.cfg.clone();
         let threads = cfg.actor_threads;
-        let half = cfg.envs / threads / 2;
-        let layout = Layout::new(cfg.rollout, 2 * half, &self.spec.obs, &self.programs.behaviour);
+        let per_thread = cfg.envs / threads;
+        let layout = Layout::new(cfg.rollout, per_thread, &self.spec.obs, &self.programs.behaviour);
         let store = Arc::new(PolicyStore::new(start, self.policy()?));
         let stop = Arc::new(AtomicBool::new(false));
         let restarts: Vec<Arc<AtomicU64>> = (0..threads).map(|_| Arc::new(AtomicU64::new(0))).collect();
@@ -258,9 +274,10 @@ impl Sebulba {
                 let (tx, rx) = sync_channel(1);
                 rxs.push(rx);
                 let mut opts = cfg.host.clone();
-                opts.num_envs = half;
+                opts.num_envs = cfg.batch();
                 let a = actor::Actor {
                     thread: k,
+                    buffers: cfg.buffers(),
                     device: cfg.actor_devices[k % cfg.actor_devices.len()],
                     client: self.client.clone(),
                     act: self.act[k % self.act.len()].clone(),
@@ -268,7 +285,7 @@ impl Sebulba {
                     opts,
                     // Env `i` of the whole batch is seeded `seed + i` (Gymnasium's vector
                     // convention), moved on by each resumption's start.
-                    env_seed: (seed as u64).wrapping_add((k * 2 * half) as u64).wrapping_add(start * cfg.envs as u64),
+                    env_seed: (seed as u64).wrapping_add((k * per_thread) as u64).wrapping_add(start * cfg.envs as u64),
                     key: actor_keys[k].clone(),
                     expected: self.spec.clone(),
                     layout: layout.clone(),
