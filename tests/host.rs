@@ -460,6 +460,45 @@ fn podc_env_describe() {
     fails(&explicit, &[("PODC_PYTHON", "/no/py")], "given by --python (/no/x)");
 }
 
+/// `podc bench env URI`: host URIs print the `.pod` bench's JSON keys; `.pod` files are
+/// benched as before; flags that do not apply to host envs are clear errors.
+#[test]
+fn podc_bench_env_uri() {
+    let podc = env!("CARGO_BIN_EXE_podc");
+    let python = cache_python(Backend::Gymnasium);
+    let bench = |target: &str, extra: &[&str]| {
+        let o = Command::new(podc)
+            .args(["bench", "env", target, "--envs", "4", "--steps", "3", "--runs", "1", "--json", "--python"])
+            .arg(&python)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    for target in
+        ["gymnasium:CartPole-v1?max_episode_steps=2", "pod:examples/envs/catch.pod", "examples/envs/catch.pod"]
+    {
+        let (code, out, err) = bench(target, &[]);
+        assert_eq!(code, Some(0), "{target}: {err}");
+        let v: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{target}: {e}: {out}"));
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["compile_s", "devices", "envs", "steps", "steps_per_sec"], "{target}");
+        assert!(v["steps_per_sec"].as_f64().unwrap() > 0.0 && v["envs"] == 4 && v["steps"] == 3, "{target}: {v}");
+    }
+    for (extra, says) in
+        [(&["--devices", "2"][..], "`--devices` applies to `.pod` files"), (&["--env", "X"], "pod:FILE.pod?env=NAME")]
+    {
+        let (code, _, err) = bench("gymnasium:CartPole-v1", extra);
+        assert_eq!(code, Some(1), "{extra:?}");
+        assert!(err.contains(says) && !err.contains("panicked"), "{extra:?}: {err}");
+    }
+}
+
 /// EnvPool: same-step auto-reset converted from its next-step one, truncation at the time
 /// limit, and the worker split. Ignored by default: the first use installs EnvPool
 /// (~850 MB with its assets) into the cache venv.
