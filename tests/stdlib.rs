@@ -200,6 +200,16 @@ fn categorical_samples_are_jax_random_categorical() {
     against_reference("distributions", &["samples"], TOL);
 }
 
+#[test]
+fn gaussians_match_jax_scipy_and_distrax() {
+    against_reference("distributions", &["gaussian", "gaussian_entropy_grad"], TOL);
+}
+
+#[test]
+fn gaussian_samples_are_jax_random_normal_scaled() {
+    against_reference("distributions", &["gaussian_samples"], TOL);
+}
+
 // ---------------------------------------------------------------------------------------
 // std::rl
 
