@@ -29,13 +29,15 @@ def main():
     ap.add_argument("--envs", type=int, default=64, help="envs per actor thread (B)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--updates", type=int, default=20, help="timed updates per measurement")
+    ap.add_argument("--podc-flag", action="append", default=[], help="an extra flag for podc (repeatable), e.g. --single-buffer")
     args = ap.parse_args()
     results = {a: {"podc": [], "jax": []} for a in AGENTS}
     for _ in range(args.rounds):
         for algo, file in AGENTS.items():
             # podc: reports of 4 updates; the median of updates/4 reports after a warm-up one.
             podc = [args.podc, "bench", "train", file, "--env", "envpool:CartPole-v1", "--envs", str(2 * args.envs),
-                    "--actor-threads", "2", "--updates-per-call", "4", "--runs", str(args.updates // 4), "--json"]
+                    "--actor-threads", "2", "--updates-per-call", "4", "--runs", str(args.updates // 4), "--json",
+                    *args.podc_flag]
             results[algo]["podc"].append(run(podc))
             jax = [args.python, "bench/cleanba_ppo.py", "--algo", algo, "--envs", str(args.envs), "--actor-threads",
                    "2", "--updates", str(args.updates), "--json"]

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 /// The host env's URI: `--env`, else the agent's own `.pod` env through `pod:`.
 fn env_uri(prog: &Program, agent: &AgentFuncs, flags: &SebulbaFlags) -> Result<String, Failure> {
     if let Some(uri) = &flags.env {
+        // A malformed URI is reported before anything compiles.
+        crate::host::EnvUri::parse(uri)?;
         return Ok(uri.clone());
     }
     let name = &agent.info.env.name;
