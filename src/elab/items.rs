@@ -202,7 +202,7 @@ impl Elab<'_> {
             ast::TypeKind::Array { dtype, dims } => {
                 let sizes: Option<Vec<Dim>> = dims.iter().map(|x| self.resolve_dim(x)).collect();
                 let Some(d) = DType::from_name(&dtype.name) else {
-                    // `State[B]`: a batch of another type (a struct, a type parameter).
+                    // `State[B]`: a batch of structs.
                     let named = ast::TypeKind::Named { name: dtype.clone(), args: vec![] };
                     let inner = self.resolve_ty(&ast::Type { kind: named, span: dtype.span });
                     let batch = sizes.and_then(|s| s.iter().rev().try_fold(inner, |t, b| t.batched(b)));
