@@ -7,7 +7,7 @@
 use crate::diag::{Diag, SourceMap};
 use crate::syntax::{self, ast};
 use crate::types::error::TypeError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 /// The standard library, embedded so that `podc` works from any directory.
@@ -32,6 +32,9 @@ pub struct ModuleInfo {
     pub ast: ast::Module,
     /// Own items and imported ones, by name.
     pub scope: HashMap<String, ItemRef>,
+    /// Names whose import failed (reported once, at the `use`): their uses are not
+    /// reported again as unknown.
+    pub unresolved: HashSet<String>,
 }
 
 pub struct Program {
@@ -114,7 +117,7 @@ impl Loader {
             }
         }
         self.by_path.insert(name.clone(), id);
-        self.modules.push(ModuleInfo { name, ast, scope });
+        self.modules.push(ModuleInfo { name, ast, scope, unresolved: HashSet::new() });
         id
     }
 
@@ -167,20 +170,26 @@ impl Loader {
         while m < self.modules.len() {
             let uses = self.modules[m].ast.uses.clone();
             for u in &uses {
-                let Some(target) = self.module(&u.path) else { continue };
+                let Some(target) = self.module(&u.path) else {
+                    self.modules[m].unresolved.extend(u.names.iter().map(|n| n.name.clone()));
+                    continue;
+                };
                 for n in &u.names {
                     match self.modules[target].scope.get(&n.name).copied() {
                         Some(r) if r.module == target => {
                             self.modules[m].scope.insert(n.name.clone(), r);
                         }
-                        _ => self.diags.push(
-                            TypeError::UnknownImport {
-                                module: self.modules[target].name.clone(),
-                                name: n.name.clone(),
-                                span: n.span,
-                            }
-                            .into_diag(),
-                        ),
+                        _ => {
+                            self.modules[m].unresolved.insert(n.name.clone());
+                            self.diags.push(
+                                TypeError::UnknownImport {
+                                    module: self.modules[target].name.clone(),
+                                    name: n.name.clone(),
+                                    span: n.span,
+                                }
+                                .into_diag(),
+                            )
+                        }
                     }
                 }
             }

@@ -34,6 +34,9 @@ impl<'p> Elab<'p> {
                     for a in &all {
                         self.expr(a);
                     }
+                    if self.unresolved(&func.name) {
+                        return Val::error();
+                    }
                     let similar = self.similar_name(&func.name);
                     self.err(TypeError::UnknownName { name: func.name.clone(), span: func.span, similar })
                 }

@@ -182,6 +182,7 @@ impl Elab<'_> {
                     self.err(TypeError::UnknownName { name: id.name.clone(), span: id.span, similar: None })
                 }
             },
+            None if self.unresolved(&id.name) => Val::error(),
             None => {
                 let similar = self.similar_name(&id.name);
                 self.err(TypeError::UnknownName { name: id.name.clone(), span: id.span, similar })
@@ -308,6 +309,7 @@ impl Elab<'_> {
                     }
                 }
             }
+            _ if self.unresolved(&name.name) => return Val::error(),
             _ => return self.err(TypeError::UnknownType { name: name.name.clone(), span: name.span }),
         };
         let mut given: HashMap<&str, (Val, Span)> = HashMap::new();

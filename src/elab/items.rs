@@ -235,7 +235,9 @@ impl Elab<'_> {
                     return if state.is_error() { state } else { Ty::Struct(self.step_def(state), vec![]) };
                 }
                 let Some(r) = item.filter(|r| matches!(self.prog.item(*r), ast::Item::Struct(_))) else {
-                    self.err(TypeError::UnknownType { name: name.name.clone(), span: name.span });
+                    if !self.unresolved(&name.name) {
+                        self.err(TypeError::UnknownType { name: name.name.clone(), span: name.span });
+                    }
                     return Ty::Error;
                 };
                 let ast::Item::Struct(s) = self.prog.item(r) else { unreachable!("filtered to structs") };

@@ -246,6 +246,12 @@ impl<'p> Elab<'p> {
             .unwrap_or_else(|d| panic!("internal compiler error: building `{name}`: {}", d.message))
     }
 
+    /// Whether `name` was imported by a `use` that failed (reported there): using it is an
+    /// error with no diagnostic of its own.
+    fn unresolved(&self, name: &str) -> bool {
+        self.prog.modules[self.module].unresolved.contains(name)
+    }
+
     pub(crate) fn err(&mut self, e: TypeError) -> Val {
         self.diags.push(e.into_diag());
         Val::error()

@@ -27,6 +27,9 @@ impl Elab<'_> {
         let target = self.named_fn(fname);
         let vals: Vec<Val> = rest.iter().map(|a| self.expr(a)).collect();
         let Some((r, f)) = target else {
+            if matches!(&fname.kind, ast::ExprKind::Name(id) if self.unresolved(&id.name)) {
+                return Val::error();
+            }
             let expected = "the name of a function defined with `fn`".into();
             return self.err(TypeError::BadOperand { op: "vmap".into(), ty: Ty::Error, span: fname.span, expected });
         };
