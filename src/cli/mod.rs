@@ -67,7 +67,9 @@ enum Command {
         steps: Option<usize>,
     },
     /// Train an agent with the Anakin driver: acting, env steps and learning in one
-    /// program per `--updates-per-call` updates, replicated over `--devices`.
+    /// program per `--updates-per-call` updates, replicated over `--devices`. With
+    /// `--env URI` (or `--arch sebulba`), the Sebulba driver: host envs stepped by actor
+    /// threads, a learner replicated over `--learner-devices`.
     Train {
         file: PathBuf,
         #[command(flatten)]

@@ -118,7 +118,7 @@ impl Elab<'_> {
             ("terminated".to_string(), per_step(DType::Bool)),
             ("truncated".to_string(), per_step(DType::Bool)),
             ("final_obs".to_string(), stacked(*dtype, &tb)),
-            ("last_obs".to_string(), stacked(*dtype, &[b.clone()])),
+            ("last_obs".to_string(), stacked(*dtype, std::slice::from_ref(&b))),
         ];
         // `B[T, B]`: the behaviour record batched over the rollout (`traj.behaviour.log_prob:
         // f32[T, B]`), as `vmap` batches structs.
@@ -218,10 +218,9 @@ impl Elab<'_> {
         let want = [learner.clone(), env.observation.clone(), key.clone()];
         if p != want || (r != Ty::scalar(DType::I32) && behaviour.is_none()) {
             let (span, label) = match &r {
-                Ty::Tuple(ts) if p == want && ts.len() == 2 && ts[0] == Ty::scalar(DType::I32) => (
-                    act.ret.span,
-                    format!("the behaviour `{}` must be a struct of `f32` arrays of fixed sizes", ts[1]),
-                ),
+                Ty::Tuple(ts) if p == want && ts.len() == 2 && ts[0] == Ty::scalar(DType::I32) => {
+                    (act.ret.span, format!("the behaviour `{}` must be a struct of `f32` arrays of fixed sizes", ts[1]))
+                }
                 _ => (
                     act.name.span,
                     "expected the learner state, an observation and a key, giving `i32` or `(i32, B)`".into(),

@@ -338,7 +338,7 @@ impl Sebulba {
                 eprintln!("note: {note}");
             }
             for p in &parts {
-                acc.lag += (u - p.version) as f64;
+                acc.lag += u.saturating_sub(p.version) as f64;
                 acc.actor_wait += p.idle_s;
                 acc.episodes.add(&p.episodes);
             }
