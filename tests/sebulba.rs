@@ -198,3 +198,17 @@ fn the_actor_reads_only_the_policy() {
     // The program's parameters: the key, those leaves, the observations.
     assert_eq!(p.act.graph.params.len(), 1 + actor + 1);
 }
+
+/// With `--max-policy-lag N` actors run ahead on the newest policy; the lag stays within N.
+#[test]
+fn max_policy_lag_bounds_the_lag() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = train_catch(dir.path(), &["--total-steps", "2048", "--max-policy-lag", "2", "--single-buffer"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let r = records(dir.path());
+    assert_eq!(r.last().unwrap()["env_steps"], 2048);
+    for rec in &r {
+        let lag = rec["policy_lag"].as_f64().unwrap();
+        assert!((0.0..=2.0).contains(&lag), "{rec}");
+    }
+}
