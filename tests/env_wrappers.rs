@@ -31,7 +31,8 @@ fn key(i: u32) -> Array {
 
 #[test]
 fn frame_stacking_wrapper_steps_cartpole_and_stacks_its_observations() {
-    let (stacked, cart) = (env("examples/cartpole_stacked.pod", "StackedCartPole"), env("examples/envs/cartpole.pod", "CartPole"));
+    let (stacked, cart) =
+        (env("examples/cartpole_stacked.pod", "StackedCartPole"), env("examples/envs/cartpole.pod", "CartPole"));
     // reset: state.., t, obs; raw_step: state.., action, key -> state.., obs, reward, terminated, truncated
     let (w, c) = (eval_func(&stacked.reset, &[key(0)]), eval_func(&cart.reset, &[key(0)]));
     let (nw, nc) = (w.len() - 2, c.len() - 2);
@@ -62,7 +63,11 @@ fn the_wrapper_compiles_to_what_the_interpreter_computes() {
     let host = eval_func(&stacked.step, &args);
     let exe = client().compile(&podracer::lower::stablehlo::lower_module(&stacked.step, 1), 1).expect("compiles");
     let bufs: Vec<_> = args.iter().map(|a| client().upload(a, 0).expect("upload")).collect();
-    let dev: Vec<Array> =
-        exe.execute(&bufs.iter().collect::<Vec<_>>()).expect("runs").iter().map(|b| b.download().expect("download")).collect();
+    let dev: Vec<Array> = exe
+        .execute(&bufs.iter().collect::<Vec<_>>())
+        .expect("runs")
+        .iter()
+        .map(|b| b.download().expect("download"))
+        .collect();
     assert_close(&host, &dev, 1e-6);
 }

@@ -23,7 +23,10 @@ fn failure(seed: u64) -> Option<(String, String, bool, bool)> {
         Ok(Err(e)) => e,
         Err(panic) => {
             let msg = panic.downcast_ref::<String>().cloned();
-            format!("panicked: {}", msg.or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())
+            format!(
+                "panicked: {}",
+                msg.or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+            )
         }
     };
     Some((err, p.source, p.env.is_some(), p.agent.is_some()))
@@ -44,7 +47,9 @@ fn generated_programs_compile_to_what_the_interpreter_computes() {
         let workers: Vec<_> = seeds
             .chunks(seeds.len().div_ceil(2).max(1))
             .map(|chunk| {
-                scope.spawn(move || chunk.iter().filter_map(|&s| failure(s).map(|(e, src, ..)| (s, e, src))).collect::<Vec<_>>())
+                scope.spawn(move || {
+                    chunk.iter().filter_map(|&s| failure(s).map(|(e, src, ..)| (s, e, src))).collect::<Vec<_>>()
+                })
             })
             .collect();
         workers.into_iter().flat_map(|w| w.join().expect("a worker's panics are caught")).collect()
@@ -54,7 +59,11 @@ fn generated_programs_compile_to_what_the_interpreter_computes() {
     if let Some((seed, err, source)) = failures.first() {
         let summary: Vec<String> =
             failures.iter().map(|(s, e, _)| format!("  seed {s}: {}", e.lines().next().unwrap_or_default())).collect();
-        panic!("{} of {n} programs failed:\n{}\nthe first, seed {seed}: {err}\n----- program\n{source}", failures.len(), summary.join("\n"));
+        panic!(
+            "{} of {n} programs failed:\n{}\nthe first, seed {seed}: {err}\n----- program\n{source}",
+            failures.len(),
+            summary.join("\n")
+        );
     }
     // The corpus reaches every construct, and envs and agents, not only functions.
     if n >= 1000 {
@@ -62,7 +71,9 @@ fn generated_programs_compile_to_what_the_interpreter_computes() {
         let envs = made.iter().filter(|p| p.env.is_some()).count() as u64;
         let agents = made.iter().filter(|p| p.agent.is_some()).count() as u64;
         assert!(envs * 20 > n && agents * 40 > n, "{envs} envs and {agents} agents in {n} programs");
-        let batch_of_structs = |src: &str| src.split('S').skip(1).any(|w| w.trim_start_matches(|c: char| c.is_ascii_digit()).starts_with('['));
+        let batch_of_structs = |src: &str| {
+            src.split('S').skip(1).any(|w| w.trim_start_matches(|c: char| c.is_ascii_digit()).starts_with('['))
+        };
         for (what, has) in [
             ("vmap", &(|src: &str| src.contains("vmap(")) as &dyn Fn(&str) -> bool),
             ("grad", &|src: &str| src.contains("grad(")),
@@ -91,9 +102,10 @@ fn regressions_compile_to_what_the_interpreter_computes() {
         let header = src.lines().next().unwrap_or_default();
         let words: Vec<&str> = header.trim_start_matches("//").split([',', ' ']).filter(|w| !w.is_empty()).collect();
         let env = words.iter().position(|w| *w == "env").map(|i| words[i + 1]);
-        let agent = words.iter().position(|w| *w == "agent").map(|i| {
-            (words[i + 1], words[i + 2].parse().expect("steps"), words[i + 3].parse().expect("envs"))
-        });
+        let agent = words
+            .iter()
+            .position(|w| *w == "agent")
+            .map(|i| (words[i + 1], words[i + 2].parse().expect("steps"), words[i + 3].parse().expect("envs")));
         oracle::check(client(), &src, env, agent, 7).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         n += 1;
     }

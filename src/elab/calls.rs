@@ -153,7 +153,9 @@ impl<'p> Elab<'p> {
             _ => None,
         });
         let target = match found {
-            None => Err(TypeError::EnvPath { detail: format!("`{}` is not an env in scope", env.name), span: env.span }),
+            None => {
+                Err(TypeError::EnvPath { detail: format!("`{}` is not an env in scope", env.name), span: env.span })
+            }
             Some((_, e)) if e.external => Err(TypeError::ExternEnv { name: e.name.name.clone(), span: env.span }),
             Some((r, e)) => e.fns.iter().find(|f| f.name.name == func.name).map(|f| (r, f)).ok_or_else(|| {
                 let detail = format!("env `{}` has no function `{}`", env.name, func.name);

@@ -13,7 +13,6 @@
 
 pub mod agent;
 pub mod anakin;
-pub mod sebulba;
 mod builtins;
 mod calls;
 mod collective;
@@ -25,6 +24,7 @@ mod items;
 mod leafwise;
 mod ops;
 mod random;
+pub mod sebulba;
 mod sort;
 mod vmap;
 

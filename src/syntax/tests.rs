@@ -404,7 +404,11 @@ fn messages() {
             Some("a struct literal in an `if` condition or a `for` header needs parentheses: `(S { .. })`"),
         ),
         ("fn 1", "expected an identifier, found integer `1`", None),
-        ("let x = 1;", "expected one of `agent`, `const`, `env`, `extern`, `fn`, `struct` or `use`, found keyword `let`", None),
+        (
+            "let x = 1;",
+            "expected one of `agent`, `const`, `env`, `extern`, `fn`, `struct` or `use`, found keyword `let`",
+            None,
+        ),
         (
             "env E { let x = 1; }",
             "expected a member (`name: type`) or `fn`, found keyword `let`",

@@ -152,7 +152,8 @@ impl Ty {
                 let fields =
                     def.fields.iter().map(|(n, t)| Some((n.clone(), t.batched(&lead)?))).collect::<Option<_>>()?;
                 let generics = def.generics.iter().cloned().chain([size]).collect();
-                let batch = StructDef { name: def.name.clone(), generics, fields, origin: Origin::Batched(def.clone()) };
+                let batch =
+                    StructDef { name: def.name.clone(), generics, fields, origin: Origin::Batched(def.clone()) };
                 Some(Ty::Struct(Rc::new(batch), args.iter().cloned().chain([b.clone()]).collect()))
             }
             Ty::Error => None,
@@ -170,7 +171,9 @@ impl Ty {
                 parts.iter().all(|(_, d)| *d == b).then(|| (Ty::Tuple(parts.into_iter().map(|(t, _)| t).collect()), b))
             }
             Ty::Struct(def, args) => match (&def.origin, args.split_last()) {
-                (Origin::Batched(inner), Some((b, rest))) => Some((Ty::Struct(inner.clone(), rest.to_vec()), b.clone())),
+                (Origin::Batched(inner), Some((b, rest))) => {
+                    Some((Ty::Struct(inner.clone(), rest.to_vec()), b.clone()))
+                }
                 _ => None,
             },
             Ty::Error => None,

@@ -27,7 +27,8 @@ impl Choices {
 
     /// The bytes' choices, then a generator seeded by them.
     pub fn from_bytes(bytes: &[u8]) -> Choices {
-        let state = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        let state =
+            bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
         Choices { bytes: bytes.to_vec(), pos: 0, state }
     }
 
@@ -371,7 +372,8 @@ impl Gen<'_> {
                 }
                 Ty::Struct(i) => {
                     let fields = self.structs[*i].clone();
-                    let fs: Vec<String> = fields.iter().map(|(n, ft)| format!("{n}: {}", self.expr(ft, s, d))).collect();
+                    let fs: Vec<String> =
+                        fields.iter().map(|(n, ft)| format!("{n}: {}", self.expr(ft, s, d))).collect();
                     format!("S{i} {{ {} }}", fs.join(", "))
                 }
                 Ty::Batch(..) => self.vmap(t, s, d),
@@ -443,8 +445,10 @@ impl Gen<'_> {
                 }
                 // In a differentiated function no integer comes from a float or a bool, and
                 // no float from an integer, which may have been chosen by a float (E0227).
-                let usable: Vec<&(String, D)> =
-                    arrays.iter().filter(|(_, from)| !s.diff || matches!((from, d), (D::F, D::F | D::B) | (D::I, D::I | D::B))).collect();
+                let usable: Vec<&(String, D)> = arrays
+                    .iter()
+                    .filter(|(_, from)| !s.diff || matches!((from, d), (D::F, D::F | D::B) | (D::I, D::I | D::B)))
+                    .collect();
                 if usable.is_empty() || self.c.chance(25) {
                     return self.literal(*d, shape);
                 }
@@ -503,7 +507,11 @@ impl Gen<'_> {
             _ if self.c.chance(40) => match d {
                 D::F => {
                     let mk = self.c.pick(&["zeros", "ones"]).to_string();
-                    if self.c.chance(50) { format!("{mk}([{}])", dims(shape)) } else { format!("full([{}], {})", dims(shape), lit(self)) }
+                    if self.c.chance(50) {
+                        format!("{mk}([{}])", dims(shape))
+                    } else {
+                        format!("full([{}], {})", dims(shape), lit(self))
+                    }
                 }
                 _ => format!("full([{}], {})", dims(shape), lit(self)),
             },
@@ -523,19 +531,13 @@ impl Gen<'_> {
         {
             let name = self.name("g");
             let extra = self.ty(1);
-            let inner = Scope {
-                vars: vec![("x0".into(), f(&[N])), ("x1".into(), extra.clone())],
-                diff: s.diff,
-                generic: true,
-            };
+            let inner =
+                Scope { vars: vec![("x0".into(), f(&[N])), ("x1".into(), extra.clone())], diff: s.diff, generic: true };
             let rt = Ty::Arr(*dt, vec![N]);
             let depth = self.helper_depth();
             let body = self.expr(&rt, &inner, depth);
-            let item = format!(
-                "fn {name}<N>(x0: f32[N], x1: {}) -> {} {{\n    {body}\n}}",
-                self.show(&extra),
-                self.show(&rt)
-            );
+            let item =
+                format!("fn {name}<N>(x0: f32[N], x1: {}) -> {} {{\n    {body}\n}}", self.show(&extra), self.show(&rt));
             self.items.push(item);
             let a0 = self.expr(&f(shape), s, d);
             let a1 = self.expr(&extra, s, d);
@@ -572,13 +574,22 @@ impl Gen<'_> {
     fn grad(&mut self, t: &Ty, s: &Scope, d: usize) -> String {
         let name = self.name("loss");
         let other = self.ty(1);
-        let inner = Scope { vars: vec![("w".into(), t.clone()), ("x".into(), other.clone())], diff: true, generic: false };
+        let inner =
+            Scope { vars: vec![("w".into(), t.clone()), ("x".into(), other.clone())], diff: true, generic: false };
         // The loss depends on `w` at least through a penalty, whatever the body does.
         let depth = self.helper_depth();
         let body = format!("({} + 0.1 * sum(w * w))", self.expr(&scalar(D::F), &inner, depth));
         let aux = self.c.chance(30);
-        let (ret, body) = if aux { ("(f32, f32)".to_string(), format!("{{ let l = {body}; (l, l * 2.0) }}")) } else { ("f32".into(), body) };
-        self.items.push(format!("fn {name}(w: {}, x: {}) -> {ret} {{\n    {body}\n}}", self.show(t), self.show(&other)));
+        let (ret, body) = if aux {
+            ("(f32, f32)".to_string(), format!("{{ let l = {body}; (l, l * 2.0) }}"))
+        } else {
+            ("f32".into(), body)
+        };
+        self.items.push(format!(
+            "fn {name}(w: {}, x: {}) -> {ret} {{\n    {body}\n}}",
+            self.show(t),
+            self.show(&other)
+        ));
         let (w, x) = (self.expr(t, s, d), self.expr(&other, s, d));
         match (aux, self.c.below(2)) {
             (false, 0) => format!("grad({name}, {w}, {x})"),
@@ -594,7 +605,9 @@ impl Gen<'_> {
         match t {
             Ty::Arr(_, s) => !s.is_empty() && !s.contains(&N),
             Ty::Batch(..) => true,
-            Ty::Tuple(ts) => !ts.is_empty() && ts.iter().all(|t| self.batchable(t) && Self::lead(t) == Self::lead(&ts[0])),
+            Ty::Tuple(ts) => {
+                !ts.is_empty() && ts.iter().all(|t| self.batchable(t) && Self::lead(t) == Self::lead(&ts[0]))
+            }
             Ty::Struct(_) | Ty::Key => false,
         }
     }
@@ -639,14 +652,20 @@ impl Gen<'_> {
                 (format!("a{i}"), pt, batched)
             })
             .collect();
-        let inner = Scope { vars: params.iter().map(|(n, t, _)| (n.clone(), t.clone())).collect(), diff: s.diff, generic: false };
+        let inner = Scope {
+            vars: params.iter().map(|(n, t, _)| (n.clone(), t.clone())).collect(),
+            diff: s.diff,
+            generic: false,
+        };
         let depth = self.helper_depth();
         let body = self.expr(&rt, &inner, depth);
         let ps: Vec<String> = params.iter().map(|(n, pt, _)| format!("{n}: {}", self.show(pt))).collect();
         self.items.push(format!("fn {name}({}) -> {} {{\n    {body}\n}}", ps.join(", "), self.show(&rt)));
         let args: Vec<String> = params
             .iter()
-            .map(|(_, pt, batched)| if *batched { self.expr(&Self::batch_of(pt, b), s, d) } else { self.expr(pt, s, d) })
+            .map(
+                |(_, pt, batched)| if *batched { self.expr(&Self::batch_of(pt, b), s, d) } else { self.expr(pt, s, d) },
+            )
             .collect();
         format!("vmap({name}, {})", args.join(", "))
     }
@@ -694,7 +713,11 @@ impl Gen<'_> {
                 format!("{x}[{lo}:{}]", lo + shape[0])
             }
             2 if !shape.is_empty() => {
-                let i = if self.c.chance(50) { format!("{}", self.c.below(shape[0].min(8))) } else { self.expr(&scalar(D::I), s, d.min(1)) };
+                let i = if self.c.chance(50) {
+                    format!("{}", self.c.below(shape[0].min(8)))
+                } else {
+                    self.expr(&scalar(D::I), s, d.min(1))
+                };
                 let v = self.expr(&Ty::Arr(dt, shape[1..].to_vec()), s, d);
                 format!("{}.set({i}, {v})", self.paren(&t, s, d))
             }
@@ -722,7 +745,11 @@ impl Gen<'_> {
                 // A reduction over an inserted axis, or of everything.
                 if shape.is_empty() && self.c.chance(50) {
                     let sh = self.shape();
-                    let op = if dt == D::F { *self.c.pick(&["sum", "mean", "reduce_max", "reduce_min"]) } else { *self.c.pick(&["sum", "reduce_max"]) };
+                    let op = if dt == D::F {
+                        *self.c.pick(&["sum", "mean", "reduce_max", "reduce_min"])
+                    } else {
+                        *self.c.pick(&["sum", "reduce_max"])
+                    };
                     format!("{op}({})", self.expr(&Ty::Arr(dt, sh), s, d))
                 } else {
                     let axis = self.c.below(shape.len() + 1);
@@ -846,7 +873,11 @@ impl Gen<'_> {
 
     /// A second operand: of the same shape, or one that broadcasts to it.
     fn operand(&mut self, dt: D, shape: &[usize], s: &Scope, d: usize) -> String {
-        let sub = if shape.is_empty() || self.c.chance(60) { shape.to_vec() } else { shape[self.c.below(shape.len() + 1)..].to_vec() };
+        let sub = if shape.is_empty() || self.c.chance(60) {
+            shape.to_vec()
+        } else {
+            shape[self.c.below(shape.len() + 1)..].to_vec()
+        };
         self.expr(&Ty::Arr(dt, sub), s, d)
     }
 
@@ -883,7 +914,8 @@ impl Gen<'_> {
         let truncated = if self.c.chance(50) { "false".to_string() } else { self.expr(&scalar(D::B), &ss, 2) };
         let os = Scope { vars: vec![("s".into(), state)], ..Scope::default() };
         let observe = self.expr(&f(&[obs]), &os, 3);
-        let limit = if self.c.chance(50) { format!("\n    time_limit: {}", 1 + self.c.below(6)) } else { String::new() };
+        let limit =
+            if self.c.chance(50) { format!("\n    time_limit: {}", 1 + self.c.below(6)) } else { String::new() };
         self.items.push(format!(
             "env E {{
     observation: f32[{obs}]

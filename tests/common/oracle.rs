@@ -9,7 +9,7 @@
 //! (plus 1e-4 absolute), because XLA fuses multiply-adds and the interpreter does not, and
 //! generated programs chain many operations; integers, bools and keys exactly.
 
-use podracer::array::{Array, Data, DType};
+use podracer::array::{Array, DType, Data};
 use podracer::driver;
 use podracer::elab::anakin::{Shape, anakin_programs};
 use podracer::elab::env::build_env;
@@ -93,9 +93,15 @@ fn stack(xs: &[Array]) -> Array {
     let mut shape = vec![xs.len()];
     shape.extend(&xs[0].shape);
     let data = match &xs[0].data {
-        Data::F32(_) => Data::F32(xs.iter().flat_map(|x| if let Data::F32(v) = &x.data { v.clone() } else { vec![] }).collect()),
-        Data::I32(_) => Data::I32(xs.iter().flat_map(|x| if let Data::I32(v) = &x.data { v.clone() } else { vec![] }).collect()),
-        Data::U32(_) => Data::U32(xs.iter().flat_map(|x| if let Data::U32(v) = &x.data { v.clone() } else { vec![] }).collect()),
+        Data::F32(_) => {
+            Data::F32(xs.iter().flat_map(|x| if let Data::F32(v) = &x.data { v.clone() } else { vec![] }).collect())
+        }
+        Data::I32(_) => {
+            Data::I32(xs.iter().flat_map(|x| if let Data::I32(v) = &x.data { v.clone() } else { vec![] }).collect())
+        }
+        Data::U32(_) => {
+            Data::U32(xs.iter().flat_map(|x| if let Data::U32(v) = &x.data { v.clone() } else { vec![] }).collect())
+        }
         Data::Bool(_) => {
             Data::Bool(xs.iter().flat_map(|x| if let Data::Bool(v) = &x.data { v.clone() } else { vec![] }).collect())
         }
@@ -112,7 +118,8 @@ fn batched_agrees(client: Option<&Client>, f: &Func, examples: &[Vec<Array>]) ->
     let each: Vec<Vec<Array>> = examples.iter().map(|a| eval_func(f, a)).collect();
     let want: Vec<Array> =
         (0..each[0].len()).map(|r| stack(&each.iter().map(|o| o[r].clone()).collect::<Vec<_>>())).collect();
-    let args: Vec<Array> = (0..f.graph.params.len()).map(|p| stack(&examples.iter().map(|a| a[p].clone()).collect::<Vec<_>>())).collect();
+    let args: Vec<Array> =
+        (0..f.graph.params.len()).map(|p| stack(&examples.iter().map(|a| a[p].clone()).collect::<Vec<_>>())).collect();
     let got = eval_func(&batched, &args);
     close(&format!("vmap of {} against a loop", f.name), &want, &got)?;
     if let Some(client) = client {
@@ -122,7 +129,13 @@ fn batched_agrees(client: Option<&Client>, f: &Func, examples: &[Vec<Array>]) ->
 }
 
 /// Runs every check on a program's source; `Err` says what failed.
-pub fn check(client: &Client, source: &str, env: Option<&str>, agent: Option<(&str, usize, usize)>, seed: u64) -> Result<(), String> {
+pub fn check(
+    client: &Client,
+    source: &str,
+    env: Option<&str>,
+    agent: Option<(&str, usize, usize)>,
+    seed: u64,
+) -> Result<(), String> {
     let (prog, diags) = driver::check_source("generated.pod", source, None);
     if !diags.is_empty() {
         return Err(format!("does not check:\n{}", podracer::diag::render_plain(&prog.map, &diags)));
