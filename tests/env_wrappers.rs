@@ -61,13 +61,6 @@ fn the_wrapper_compiles_to_what_the_interpreter_computes() {
     args.pop(); // the observation: the auto-resetting step takes the state and t
     args.extend([Array::i32(vec![], vec![1]), key(4)]);
     let host = eval_func(&stacked.step, &args);
-    let exe = client().compile(&podracer::lower::stablehlo::lower_module(&stacked.step, 1), 1).expect("compiles");
-    let bufs: Vec<_> = args.iter().map(|a| client().upload(a, 0).expect("upload")).collect();
-    let dev: Vec<Array> = exe
-        .execute(&bufs.iter().collect::<Vec<_>>())
-        .expect("runs")
-        .iter()
-        .map(|b| b.download().expect("download"))
-        .collect();
+    let dev = common::oracle::run_compiled(client(), &stacked.step, &args).expect("compiles and runs");
     assert_close(&host, &dev, 1e-6);
 }

@@ -74,7 +74,8 @@ pub fn close(what: &str, host: &[Array], dev: &[Array]) -> Result<(), String> {
     Ok(())
 }
 
-fn run_compiled(client: &Client, f: &Func, args: &[Array]) -> Result<Vec<Array>, String> {
+/// `f` compiled for one device and run on `args`.
+pub fn run_compiled(client: &Client, f: &Func, args: &[Array]) -> Result<Vec<Array>, String> {
     let exe = client.compile(&lower_module(f, 1), 1).map_err(|e| format!("{}: compile: {e}", f.name))?;
     let bufs = args.iter().map(|a| client.upload(a, 0)).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
     let out = exe.execute(&bufs.iter().collect::<Vec<_>>()).map_err(|e| format!("{}: run: {e}", f.name))?;
