@@ -183,6 +183,37 @@ fn layers_and_their_gradients_match_jax() {
 }
 
 #[test]
+fn gru_step_and_backpropagation_through_time_match_flax() {
+    against_reference("nn", &["gru", "gru_bptt"], TOL);
+}
+
+/// `gru_init`: the hidden-state kernels orthonormal, the biases zero, the input kernels
+/// inside lecun_uniform's bound sqrt(3 / I) and not all alike (each has its own key).
+#[test]
+fn gru_init_draws_flax_shaped_parameters() {
+    let e = build("nn", "gru_inits");
+    let key = Array::new(vec![2], Data::U32(vec![0, 3]));
+    let host = driver::eval(&e, &[key.clone()]);
+    let dev = podracer::cli::run_on_device(common::client(), &e, &[key]).expect("runs on the device");
+    assert_eq!(host.len(), 10, "xr.w, xr.b, xz.w, xz.b, xn.w, xn.b, hr, hz, hn.w, hn.b");
+    for out in [&host, &dev] {
+        let bound = (3.0f32 / 8.0).sqrt();
+        for i in [0, 2, 4] {
+            assert_eq!(out[i].shape, vec![8, 16]);
+            assert!(f32s(&out[i]).iter().all(|x| x.abs() <= bound), "input kernel {i} within ±sqrt(3/8)");
+        }
+        assert_ne!(f32s(&out[0]), f32s(&out[2]), "each kernel has its own key");
+        for i in [1, 3, 5, 9] {
+            assert!(f32s(&out[i]).iter().all(|&x| x == 0.0), "bias {i} is zero");
+        }
+        for i in [6, 7, 8] {
+            assert_eq!(out[i].shape, vec![16, 16]);
+            assert!(orthonormality_error(&out[i], 1.0) < 1e-5, "hidden kernel {i} orthonormal");
+        }
+    }
+}
+
+#[test]
 fn log_softmax_and_its_gradient_match_jax() {
     against_reference("nn", &["log_softmax", "log_softmax_large"], TOL);
 }
