@@ -8,7 +8,7 @@
 
 use podracer::array::{Array, Data};
 use podracer::host::pool::WorkerPool;
-use podracer::host::{Backend, EnvUri, HostEnv, HostError, Options, StepOut};
+use podracer::host::{ActionSpace, Backend, EnvUri, HostEnv, HostError, Options, StepOut};
 use podracer::runtime::{Client, Runtime};
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader};
@@ -82,6 +82,11 @@ fn actions(seed: u64, steps: usize, envs: usize, n: u64) -> Vec<Vec<i32>> {
         .collect()
 }
 
+/// One batch step's `discrete` actions.
+fn discrete(a: &[i32]) -> Array {
+    Array::i32(vec![a.len()], a.to_vec())
+}
+
 fn f32s(a: &Array) -> Vec<f32> {
     match &a.data {
         Data::F32(v) => v.clone(),
@@ -102,15 +107,13 @@ fn bools(v: &Value) -> Vec<bool> {
 }
 
 /// (a) A Gymnasium env through two workers gives exactly what Gymnasium gives in-process,
-/// with keyword arguments (a time limit of 12, so episodes both terminate and truncate).
-#[test]
-fn gymnasium_through_workers_equals_in_process() {
-    let (n, steps, seed) = (5, 40, 7);
-    let mut env = pool("gymnasium:CartPole-v1?max_episode_steps=12", n, 2);
-    assert_eq!(env.spec().to_string(), "observation: f32[4], action: discrete(2), time_limit: 12");
-    let acts = actions(1, steps, n, 2);
-    let cfg =
-        json!({"id": "CartPole-v1", "kwargs": {"max_episode_steps": 12}, "num_envs": n, "seed": seed, "actions": acts});
+/// with keyword arguments (a time limit of 12, so episodes end).
+fn gymnasium_equals_in_process(id: &str, spec: &str, acts: &[Array], ends: &dyn Fn(usize, usize) -> bool) {
+    let (n, seed) = (acts[0].shape[0], 7);
+    let mut env = pool(&format!("gymnasium:{id}?max_episode_steps=12"), n, 2);
+    assert_eq!(env.spec().to_string(), spec);
+    let rows: Vec<Value> = acts.iter().map(podracer::io::nested_json).collect();
+    let cfg = json!({"id": id, "kwargs": {"max_episode_steps": 12}, "num_envs": n, "seed": seed, "actions": rows});
     let reference =
         Command::new(env.python()).arg("tests/fixtures/host/gym_reference.py").arg(cfg.to_string()).output().unwrap();
     assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
@@ -131,8 +134,27 @@ fn gymnasium_through_workers_equals_in_process() {
         terminated += out.terminated.iter().filter(|&&x| x).count();
         truncated += out.truncated.iter().filter(|&&x| x).count();
     }
-    assert!(terminated > 0 && truncated > 0, "the run should end episodes both ways: {terminated} {truncated}");
+    assert!(ends(terminated, truncated), "episodes ended: {terminated} terminated, {truncated} truncated");
     assert_eq!(env.restarts(), 0);
+}
+
+#[test]
+fn gymnasium_through_workers_equals_in_process() {
+    let acts: Vec<Array> = actions(1, 40, 5, 2).iter().map(|a| discrete(a)).collect();
+    let spec = "observation: f32[4], action: discrete(2), time_limit: 12";
+    gymnasium_equals_in_process("CartPole-v1", spec, &acts, &|te, tr| te > 0 && tr > 0);
+}
+
+/// A `Box` action space: `f32[B, 1]` torques through shared memory, some beyond the bounds
+/// (Gymnasium clips them).
+#[test]
+fn gymnasium_box_actions_through_workers_equal_in_process() {
+    let acts: Vec<Array> = actions(3, 30, 4, 600)
+        .iter()
+        .map(|a| Array::f32(vec![4, 1], a.iter().map(|&x| x as f32 / 100.0 - 3.0).collect()))
+        .collect();
+    let spec = "observation: f32[3], action: box(1, -2.0, 2.0), time_limit: 12";
+    gymnasium_equals_in_process("Pendulum-v1", spec, &acts, &|te, tr| te == 0 && tr > 0);
 }
 
 /// The split over workers does not change the batch (env k is seeded `seed + k` either
@@ -146,17 +168,20 @@ fn worker_count_and_split_steps_do_not_change_results() {
         let mut all = vec![out.clone()];
         for a in actions(2, 5, 3, 3) {
             if split {
-                env.send(&a).unwrap();
-                assert!(matches!(env.send(&a), Err(HostError::Usage(_))), "one step in flight at a time");
+                env.send(&discrete(&a)).unwrap();
+                assert!(matches!(env.send(&discrete(&a)), Err(HostError::Usage(_))), "one step in flight at a time");
                 env.recv(&mut out).unwrap();
             } else {
-                env.step(&a, &mut out).unwrap();
+                env.step(&discrete(&a), &mut out).unwrap();
             }
             all.push(out.clone());
         }
         assert!(matches!(env.recv(&mut out), Err(HostError::Usage(_))), "nothing in flight");
-        assert!(matches!(env.step(&[0, 1, 3], &mut out), Err(HostError::Usage(_))), "action 3 is out of range");
-        assert!(matches!(env.step(&[0, 1], &mut out), Err(HostError::Usage(_))), "too few actions");
+        assert!(
+            matches!(env.step(&discrete(&[0, 1, 3]), &mut out), Err(HostError::Usage(_))),
+            "action 3 is out of range"
+        );
+        assert!(matches!(env.step(&discrete(&[0, 1]), &mut out), Err(HostError::Usage(_))), "too few actions");
         all
     };
     assert_eq!(run(1, false), run(3, true));
@@ -211,12 +236,20 @@ fn pod_equals_device_step(file: &str, steps: usize) {
         })
         .collect();
     let mut ended = 0;
-    for (t, a) in actions(5, steps, b, spec.n_actions).iter().enumerate() {
+    let batches: Vec<Array> = match &spec.action {
+        ActionSpace::Discrete(n) => actions(5, steps, b, *n).iter().map(|a| discrete(a)).collect(),
+        // In [-3, 3): beyond Pendulum's bounds, so that it clips too.
+        ActionSpace::Box { n, .. } => actions(5, steps, b * *n as usize, 600)
+            .iter()
+            .map(|a| Array::f32(vec![b, *n as usize], a.iter().map(|&x| x as f32 / 100.0 - 3.0).collect()))
+            .collect(),
+    };
+    for (t, a) in batches.iter().enumerate() {
         env.step(a, &mut out).unwrap();
         let kt = keys(seed, t as i32 + 1, b);
         for i in 0..b {
             let mut args = states[i].clone();
-            args.extend([Array::i32(vec![], vec![a[i]]), row(&kt, i)]);
+            args.extend([row(a, i), row(&kt, i)]);
             let o = run(&step, &args);
             // o: state.., t, obs, reward, terminated, truncated, final_obs
             let k = n_state + 1;
@@ -242,6 +275,12 @@ fn pod_cartpole_equals_device_step() {
     pod_equals_device_step("examples/envs/cartpole.pod", 40);
 }
 
+#[test]
+fn pod_pendulum_equals_device_step() {
+    // Continuous actions; 201 steps cross the 200-step time limit.
+    pod_equals_device_step("examples/envs/pendulum.pod", 201);
+}
+
 /// (c) SIGKILL one of two workers between steps: the next step keeps the batch's shape,
 /// the killed worker's rows are truncated with their last observation as final, the other
 /// rows step normally, and the restart is counted.
@@ -253,7 +292,7 @@ fn sigkill_of_a_worker_truncates_its_rows_and_restarts_it() {
     env.reset(0, &mut out).unwrap();
     let acts = actions(9, 8, n, 2);
     for a in &acts[..3] {
-        env.step(a, &mut out).unwrap();
+        env.step(&discrete(a), &mut out).unwrap();
     }
     let before = out.clone();
     let victim = env.worker_pids()[1];
@@ -262,7 +301,7 @@ fn sigkill_of_a_worker_truncates_its_rows_and_restarts_it() {
         rustix::process::Signal::KILL,
     )
     .unwrap();
-    env.step(&acts[3], &mut out).unwrap();
+    env.step(&discrete(&acts[3]), &mut out).unwrap();
     let ob = env.spec().obs_bytes();
     assert_eq!(out.obs.len(), n * ob);
     assert_eq!(env.restarts(), 1);
@@ -275,7 +314,7 @@ fn sigkill_of_a_worker_truncates_its_rows_and_restarts_it() {
     assert!(env.last_fault().unwrap().contains("killed by SIGKILL"), "{:?}", env.last_fault());
     assert_ne!(env.worker_pids()[1], victim);
     for a in &acts[4..] {
-        env.step(a, &mut out).unwrap();
+        env.step(&discrete(a), &mut out).unwrap();
     }
 }
 
@@ -286,7 +325,7 @@ fn python_exception_restarts_the_worker() {
     let mut out = StepOut::new(env.spec(), 2);
     env.reset(0, &mut out).unwrap();
     for a in actions(4, 5, 2, 2) {
-        env.step(&a, &mut out).unwrap();
+        env.step(&discrete(&a), &mut out).unwrap();
     }
     // Steps 1, 2 fine; 3 fails (restart 1); 4, 5 are the new worker's steps 1, 2.
     assert_eq!(env.restarts(), 1);
@@ -299,9 +338,9 @@ fn hung_worker_is_killed_at_the_deadline() {
     let mut env = faulty("hang", 2, 2, 1, Duration::from_millis(1500), 10);
     let mut out = StepOut::new(env.spec(), 2);
     env.reset(0, &mut out).unwrap();
-    env.step(&[0, 1], &mut out).unwrap();
+    env.step(&discrete(&[0, 1]), &mut out).unwrap();
     let t0 = Instant::now();
-    env.step(&[0, 1], &mut out).unwrap();
+    env.step(&discrete(&[0, 1]), &mut out).unwrap();
     assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     assert_eq!(env.restarts(), 1);
     assert_eq!(out.truncated, vec![true, true]);
@@ -316,7 +355,7 @@ fn restarts_are_bounded() {
     env.reset(0, &mut out).unwrap();
     let mut err = None;
     for _ in 0..6 {
-        if let Err(e) = env.step(&[1], &mut out) {
+        if let Err(e) = env.step(&discrete(&[1]), &mut out) {
             err = Some(e);
             break;
         }
@@ -385,7 +424,7 @@ fn holder_of_workers() {
     env.reset(0, &mut out).unwrap();
     let pids: Vec<String> = env.worker_pids().iter().map(|p| p.to_string()).collect();
     println!("WORKER PIDS {}", pids.join(" "));
-    let _ = env.step(&[0, 0], &mut out);
+    let _ = env.step(&discrete(&[0, 0]), &mut out);
 }
 
 #[test]
@@ -443,6 +482,17 @@ fn podc_env_describe() {
     assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
     let catch = run("pod:examples/envs/catch.pod");
     assert!(catch.ends_with("extern env Catch { observation: f32[10, 5], action: discrete(3), time_limit: 1000 }\n"));
+    // Box action spaces, from Gymnasium and from a `.pod` env, are blocks that check too.
+    let box_block = "{ observation: f32[3], action: box(1, -2.0, 2.0), time_limit: 200 }\n";
+    for (uri, name) in [("gymnasium:Pendulum-v1", "PendulumV1"), ("pod:examples/envs/pendulum.pod", "Pendulum")] {
+        let block = run(uri);
+        assert!(block.ends_with(&format!("extern env {name} {box_block}")), "{block}");
+        std::fs::write(&file, &block).unwrap();
+        let check = Command::new(podc).arg("check").arg(&file).output().unwrap();
+        assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    }
+    let car = run("gymnasium:MountainCarContinuous-v0");
+    assert!(car.ends_with("action: box(1, -1.0, 1.0), time_limit: 999 }\n"), "{car}");
     let fails = |args: &[&str], vars: &[(&str, &str)], says: &str| {
         let mut cmd = Command::new(podc);
         cmd.args(args).env_remove("PODC_PYTHON").env_remove("VIRTUAL_ENV").envs(vars.iter().copied());
@@ -514,7 +564,7 @@ fn envpool_same_step_auto_reset() {
         let (mut te, mut tr) = (0, 0);
         for a in actions(3, 40, 4, 2) {
             let prev = out.clone();
-            env.step(&a, &mut out).unwrap();
+            env.step(&discrete(&a), &mut out).unwrap();
             for i in 0..4 {
                 let (o, f) =
                     (row(&out.obs_array(env.spec()).unwrap(), i), row(&out.final_obs_array(env.spec()).unwrap(), i));
@@ -560,11 +610,11 @@ fn throughput() {
         env.reset(0, &mut out).unwrap();
         let acts = actions(1, 64, envs, 2);
         for a in &acts[..10] {
-            env.step(a, &mut out).unwrap();
+            env.step(&discrete(a), &mut out).unwrap();
         }
         let t0 = Instant::now();
         for t in 0..steps {
-            env.step(&acts[t % acts.len()], &mut out).unwrap();
+            env.step(&discrete(&acts[t % acts.len()]), &mut out).unwrap();
         }
         let rate = (envs * steps) as f64 / t0.elapsed().as_secs_f64();
         let (backend, id) = uri.split_once(':').unwrap();

@@ -3,7 +3,7 @@
 use super::{Failure, load};
 use crate::array::{Array, Data};
 use crate::diag::emit_stderr;
-use crate::elab::env::{EnvFuncs, bench_program, build_env, env_names, fold_in_program};
+use crate::elab::env::{ActionSpace, EnvFuncs, bench_program, build_env, env_names, fold_in_program};
 use crate::lower::stablehlo::lower_module;
 use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable, Runtime};
@@ -42,6 +42,7 @@ fn download(bufs: &[Buffer]) -> Result<Vec<Array>, Failure> {
 
 pub struct SimArgs<'a> {
     pub file: &'a Path,
+    pub source: &'a crate::driver::LoadOptions,
     pub env: Option<&'a str>,
     pub seed: i64,
     pub state: Option<&'a str>,
@@ -54,32 +55,17 @@ pub struct SimArgs<'a> {
 /// with the step's observation (the final one when the episode ends; the env then
 /// auto-resets for the next step).
 pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
-    let prog = load(a.file)?;
+    let prog = load(a.file, a.source)?;
     let env = env_funcs(&prog, a.file, a.env)?;
-    let actions: Vec<i32> = match a.actions {
-        Some(s) => s
-            .split(',')
-            .filter(|x| !x.trim().is_empty())
-            .map(|x| x.trim().parse::<i32>().map_err(|_| format!("`--actions`: `{x}` is not an integer")))
-            .collect::<Result<_, _>>()?,
+    let space = &env.info.action;
+    let actions: Vec<Array> = match a.actions {
+        Some(s) => parse_actions(space, s)?,
         None => {
-            // A host generator (splitmix64 of the seed), so runs reproduce.
-            let mut z = a.seed as u64;
-            (0..a.steps.unwrap_or(10))
-                .map(|_| {
-                    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                    let mut x = z;
-                    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                    ((x ^ (x >> 31)) % env.info.n_actions) as i32
-                })
-                .collect()
+            let mut rng = SplitMix(a.seed as u64);
+            (0..a.steps.unwrap_or(10)).map(|_| unbatched(random_actions(space, 1, &mut rng))).collect()
         }
     };
     let n = a.steps.map_or(actions.len(), |s| s.min(actions.len()));
-    if let Some(bad) = actions.iter().find(|&&x| x < 0 || x as u64 >= env.info.n_actions) {
-        return Err(Failure::Message(format!("action {bad} is outside `discrete({})`", env.info.n_actions)));
-    }
     let client = Runtime::open(plugin, None)?;
     let reset = compile(&client, &env.reset, 1)?;
     let step = compile(&client, &env.step, 1)?;
@@ -98,10 +84,10 @@ pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         crate::io::override_fields(&env.info.state, &mut state[..n_state], &v)?;
     }
     let keys = fold_in_program(&prog);
-    for (t, &act) in actions[..n].iter().enumerate() {
+    for (t, act) in actions[..n].iter().enumerate() {
         let k = crate::ir::eval::eval_func(&keys, &[base.clone(), Array::i32(vec![], vec![t as i32 + 1])]).remove(0);
         let mut args: Vec<Array> = state.clone();
-        args.push(Array::i32(vec![], vec![act]));
+        args.push(act.clone());
         args.push(k);
         let bufs = args.iter().map(|x| client.upload(x, 0)).collect::<Result<Vec<_>, _>>()?;
         let out = download(&step.execute(&bufs.iter().collect::<Vec<_>>())?)?;
@@ -119,9 +105,90 @@ pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `--actions`: `0,1,1` for `discrete(n)`; for `box(n)` a JSON list of actions, each a
+/// list of `n` numbers (or a number when `n` is 1): `[[0.5, -1], [2, 0]]`, `[0.5, -1.5]`.
+fn parse_actions(space: &ActionSpace, s: &str) -> Result<Vec<Array>, Failure> {
+    match space {
+        ActionSpace::Discrete(k) => {
+            let parse = |x: &str| x.trim().parse::<i32>().map_err(|_| format!("`--actions`: `{x}` is not an integer"));
+            let actions: Vec<i32> =
+                s.split(',').filter(|x| !x.trim().is_empty()).map(parse).collect::<Result<_, _>>()?;
+            if let Some(bad) = actions.iter().find(|&&x| x < 0 || x as u64 >= *k) {
+                return Err(Failure::Message(format!("action {bad} is outside `discrete({k})`")));
+            }
+            Ok(actions.into_iter().map(|x| Array::i32(vec![], vec![x])).collect())
+        }
+        ActionSpace::Box { n, .. } => {
+            let n = *n as usize;
+            let bad = || {
+                let msg = format!("`--actions` for `{space}`: a JSON list of actions, each a list of {n} numbers");
+                Failure::Message(format!("{msg} (or a number when there is one), e.g. `[[0.5], [-1.0]]`"))
+            };
+            let v: Value = serde_json::from_str(s).map_err(|_| bad())?;
+            let rows = v.as_array().ok_or_else(bad)?;
+            rows.iter()
+                .map(|r| {
+                    let xs: Vec<f32> = match r {
+                        Value::Array(xs) => xs.iter().map(|x| x.as_f64().map(|x| x as f32)).collect::<Option<_>>(),
+                        x => x.as_f64().map(|x| vec![x as f32]),
+                    }
+                    .filter(|xs| xs.len() == n)
+                    .ok_or_else(bad)?;
+                    Ok(Array::f32(vec![n], xs))
+                })
+                .collect()
+        }
+    }
+}
+
+/// splitmix64: a host generator for random actions, so that runs reproduce.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut x = self.0;
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^ (x >> 31)
+    }
+
+    /// Uniform in [0, 1), from the top 24 bits.
+    fn uniform(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32
+    }
+}
+
+/// Random actions for `envs` envs, `[envs, ..]`: uniform over `discrete(n)` or within a
+/// `box`'s bounds, standard normal (Box-Muller) for an unbounded `box`.
+fn random_actions(space: &ActionSpace, envs: usize, rng: &mut SplitMix) -> Array {
+    match space {
+        ActionSpace::Discrete(k) => Array::i32(vec![envs], (0..envs).map(|_| (rng.next() % k) as i32).collect()),
+        ActionSpace::Box { n, bounds } => {
+            let n = *n as usize;
+            let xs = (0..envs * n)
+                .map(|i| match bounds {
+                    Some((lo, hi)) => lo[i % n] + (hi[i % n] - lo[i % n]) * rng.uniform(),
+                    None => {
+                        let (u1, u2) = (1.0 - rng.uniform(), rng.uniform());
+                        (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
+                    }
+                })
+                .collect();
+            Array::f32(vec![envs, n], xs)
+        }
+    }
+}
+
+/// One env's action out of a batch of one.
+fn unbatched(a: Array) -> Array {
+    Array::new(a.shape[1..].to_vec(), a.data)
+}
+
 pub struct BenchArgs<'a> {
     /// A `.pod` file, or a host env URI (`gymnasium:`, `envpool:`, `pod:`).
     pub file: &'a Path,
+    pub source: &'a crate::driver::LoadOptions,
     pub env: Option<&'a str>,
     pub envs: usize,
     pub steps: usize,
@@ -154,7 +221,7 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         let msg = format!("`--envs {}` must be a positive multiple of `--devices {}`", a.envs, a.devices);
         return Err(Failure::Message(msg));
     }
-    let prog = load(a.file)?;
+    let prog = load(a.file, a.source)?;
     let env = env_funcs(&prog, a.file, a.env)?;
     let client = Runtime::open(plugin, Some(a.devices.max(1)))?;
     let start = Instant::now();
@@ -195,8 +262,8 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `podc bench env URI` for a host env: `steps` batch steps of `envs` envs with uniformly
-/// random actions (drawn beforehand, so that drawing them is not timed), through the same
+/// `podc bench env URI` for a host env: `steps` batch steps of `envs` envs with random
+/// actions ([`random_actions`], drawn beforehand, so that drawing them is not timed), through the same
 /// [`crate::host::HostEnv::step`] the Sebulba actors call: worker processes and shared
 /// memory for Python envs, same-step auto-reset included. The median of `runs` runs after a
 /// warm-up run, as for `.pod` files; `compile_s` is the start-up (workers started, envs
@@ -227,22 +294,10 @@ fn bench_host(uri: &str, a: &BenchArgs, plugin: Option<&Path>) -> Result<(), Fai
     let mut out = crate::host::StepOut::new(&spec, a.envs);
     env.reset(0, &mut out)?;
     let compile_s = start.elapsed().as_secs_f64();
-    // A table of random actions (splitmix64), cycled.
+    // A table of random actions, cycled.
     let rows = a.steps.min(256);
-    let mut z = 0u64;
-    let actions: Vec<Vec<i32>> = (0..rows)
-        .map(|_| {
-            (0..a.envs)
-                .map(|_| {
-                    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                    let mut x = z;
-                    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                    ((x ^ (x >> 31)) % spec.n_actions) as i32
-                })
-                .collect()
-        })
-        .collect();
+    let mut rng = SplitMix(0);
+    let actions: Vec<Array> = (0..rows).map(|_| random_actions(&spec.action, a.envs, &mut rng)).collect();
     let mut times = vec![];
     let mut episodes = 0;
     let mut t = 0;

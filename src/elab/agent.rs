@@ -4,8 +4,9 @@
 //! `agent A2C for Catch { .. }` says how to act in and learn from one environment:
 //! - `fn init(key: Key) -> L`: the learner state, any record (parameters and optimiser
 //!   state), so that checkpoints name every array by its field path;
-//! - `fn act(l: L, obs: OBS, key: Key) -> i32`: an action for one observation (the driver
-//!   batches it over the environments); or `-> (i32, B)` with `B` a struct of `f32` arrays
+//! - `fn act(l: L, obs: OBS, key: Key) -> A`: an action for one observation (the driver
+//!   batches it over the environments), `A` being the env's action type (`i32` for
+//!   `discrete(n)`, `f32[n]` for `box(n)`); or `-> (A, B)` with `B` a struct of `f32` arrays
 //!   (say the action's log-probability, or the logits), which the driver records as
 //!   `traj.behaviour` so that `update` can correct for the policy the actions came from;
 //! - `fn update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M)`: one learning
@@ -14,11 +15,11 @@
 //!   its own environments; the update averages its gradients with `pmean`.
 //!
 //! Inside an agent, `Trajectory<T, B>` is the built-in record of a rollout (time-major):
-//! `obs: OBS[T, B]`, `action: i32[T, B]`, `reward: f32[T, B]`, `terminated`,
+//! `obs: OBS[T, B]`, `action: A[T, B]` (`i32[T, B]`, `f32[T, B, n]`), `reward: f32[T, B]`, `terminated`,
 //! `truncated: bool[T, B]`, `final_obs: OBS[T, B]` (the observation each step ended in,
 //! before an auto-reset: what to bootstrap a truncated episode from) and
 //! `last_obs: OBS[B]` (the observation after the last step, to bootstrap from), and, when
-//! `act` returns `(i32, B)`, `behaviour`: `B` with every field stacked to `[T, B, ..]`.
+//! `act` returns `(A, B)`, `behaviour`: `B` with every field stacked to `[T, B, ..]`.
 
 use super::env::EnvInfo;
 use super::{Elab, TypeSubst, Val};
@@ -44,30 +45,28 @@ pub struct AgentInfo {
     pub learner: Ty,
     /// The metrics `M` that `update` returns.
     pub metrics: Ty,
-    /// The struct `B` of `act -> (i32, B)`, if `act` returns one.
+    /// The struct `B` of `act -> (A, B)`, if `act` returns one.
     pub behaviour: Option<Ty>,
 }
 
 impl AgentInfo {
     /// What `Trajectory<T, B>` is made for (see [`traj_key`]).
     pub(crate) fn traj_key(&self) -> Ty {
-        traj_key(&self.env.observation, self.behaviour.as_ref())
+        traj_key(&self.env, self.behaviour.as_ref())
     }
 }
 
-/// The type the built-in `Trajectory` is made for: the observation, or with a behaviour
-/// record `(observation, B)`. It is what `Elab::trajectory` holds while an agent is checked.
-pub(crate) fn traj_key(obs: &Ty, behaviour: Option<&Ty>) -> Ty {
-    match behaviour {
-        Some(b) => Ty::Tuple(vec![obs.clone(), b.clone()]),
-        None => obs.clone(),
-    }
+/// The type the built-in `Trajectory` is made for: `(observation, action)`, or with a
+/// behaviour record `(observation, action, B)`. It is what `Elab::trajectory` holds while
+/// an agent is checked.
+pub(crate) fn traj_key(env: &EnvInfo, behaviour: Option<&Ty>) -> Ty {
+    Ty::Tuple([env.observation.clone(), env.action.ty()].into_iter().chain(behaviour.cloned()).collect())
 }
 
-/// The record `B` of `act -> (i32, B)`: a struct (without size parameters) of `f32` arrays.
-fn behaviour_of(ret: &Ty) -> Option<&Ty> {
+/// The record `B` of `act -> (A, B)`: a struct (without size parameters) of `f32` arrays.
+fn behaviour_of<'t>(ret: &'t Ty, action: &Ty) -> Option<&'t Ty> {
     match ret {
-        Ty::Tuple(ts) if ts.len() == 2 && ts[0] == Ty::scalar(DType::I32) => match &ts[1] {
+        Ty::Tuple(ts) if ts.len() == 2 && ts[0] == *action => match &ts[1] {
             b @ Ty::Struct(def, args) if !Ty::struct_fields(def, args).is_empty() => Ty::struct_fields(def, args)
                 .iter()
                 .all(|(_, t)| matches!(t, Ty::Array(DType::F32, d) if d.iter().all(|d| matches!(d, Dim::Known(_)))))
@@ -90,30 +89,30 @@ pub struct AgentFuncs {
     pub update: Func,
 }
 
-fn signature(name: &str, learner: &str, obs: &str) -> String {
+fn signature(name: &str, learner: &str, obs: &str, action: &str) -> String {
     match name {
         "init" => format!("fn init(key: Key) -> {learner}"),
-        "act" => format!("fn act(l: {learner}, obs: {obs}, key: Key) -> i32"),
+        "act" => format!("fn act(l: {learner}, obs: {obs}, key: Key) -> {action}"),
         _ => format!("fn update<T, B>(l: {learner}, traj: Trajectory<T, B>, key: Key) -> ({learner}, Metrics)"),
     }
 }
 
 impl Elab<'_> {
-    /// The built-in `Trajectory<T, B>` for a [`traj_key`]: the observation's type, and the
-    /// behaviour record if `act` returns one.
+    /// The built-in `Trajectory<T, B>` for a [`traj_key`]: the observation's and the
+    /// action's types, and the behaviour record if `act` returns one.
     pub(super) fn trajectory_def(&self, key: &Ty) -> Rc<StructDef> {
         let (t, b) = (Dim::Param(Rc::from("T")), Dim::Param(Rc::from("B")));
-        let (obs, behaviour) = match key {
-            Ty::Tuple(ts) if ts.len() == 2 => (&ts[0], Some(&ts[1])),
-            _ => (key, None),
-        };
+        let Ty::Tuple(parts) = key else { unreachable!("a trajectory key is a tuple") };
+        let (obs, action, behaviour) = (&parts[0], &parts[1], parts.get(2));
         let Ty::Array(dtype, dims) = obs else { unreachable!("checked: observations are arrays") };
         let stacked = |d: DType, lead: &[Dim]| Ty::Array(d, lead.iter().cloned().chain(dims.iter().cloned()).collect());
         let tb = [t.clone(), b.clone()];
         let per_step = |d: DType| Ty::Array(d, tb.to_vec());
+        let Ty::Array(a_dtype, a_dims) = action else { unreachable!("actions are arrays") };
+        let actions = Ty::Array(*a_dtype, tb.iter().chain(a_dims).cloned().collect());
         let mut fields = vec![
             ("obs".to_string(), stacked(*dtype, &tb)),
-            ("action".to_string(), per_step(DType::I32)),
+            ("action".to_string(), actions),
             ("reward".to_string(), per_step(DType::F32)),
             ("terminated".to_string(), per_step(DType::Bool)),
             ("truncated".to_string(), per_step(DType::Bool)),
@@ -157,8 +156,8 @@ impl Elab<'_> {
         // `Trajectory` has a `behaviour` field when `act` returns one, so `act`'s declared
         // result is read before any function body is checked.
         let act_ret = a.fns.iter().find(|f| f.name.name == "act").map(|f| self.signature_types(f).1);
-        let behaviour = act_ret.as_ref().and_then(behaviour_of).cloned();
-        let saved = self.trajectory.replace(traj_key(&env.observation, behaviour.as_ref()));
+        let behaviour = act_ret.as_ref().and_then(|r| behaviour_of(r, &env.action.ty())).cloned();
+        let saved = self.trajectory.replace(traj_key(&env, behaviour.as_ref()));
         let info = self.check_agent_fns(a, env, behaviour);
         self.trajectory = saved;
         info
@@ -180,9 +179,11 @@ impl Elab<'_> {
         let learner = fns.get("init").map(|f| self.signature_types(f).1);
         let learner_s = learner.as_ref().map_or_else(|| "L".to_string(), |t| t.to_string());
         let obs_s = env.observation.to_string();
+        let action = env.action.ty();
+        let action_s = action.to_string();
         for name in ["init", "act", "update"] {
             if !fns.contains_key(name) {
-                let help = Some(signature(name, &learner_s, &obs_s));
+                let help = Some(signature(name, &learner_s, &obs_s, &action_s));
                 let (env, what) = (what.clone(), format!("`fn {name}`"));
                 self.err(TypeError::EnvMissing { env, what, span: a.name.span, help });
             }
@@ -202,7 +203,7 @@ impl Elab<'_> {
                 written.join(", "),
                 crate::syntax::print::print_type(&f.ret)
             );
-            let expected = signature(&f.name.name, &learner_s, &obs_s);
+            let expected = signature(&f.name.name, &learner_s, &obs_s, &action_s);
             let (env, func) = (what.clone(), f.name.name.clone());
             cx.err(TypeError::EnvSignature { env, func, expected, found, label, span });
         };
@@ -213,17 +214,23 @@ impl Elab<'_> {
             wrong(self, init, init.name.span, "expected one parameter, a `Key`".into());
             ok = false;
         }
-        // act(l: L, obs: OBS, key: Key) -> i32 or (i32, B)
+        // act(l: L, obs: OBS, key: Key) -> A or (A, B)
         let (p, r) = self.signature_types(act);
         let want = [learner.clone(), env.observation.clone(), key.clone()];
-        if p != want || (r != Ty::scalar(DType::I32) && behaviour.is_none()) {
+        if p != want || (r != action && behaviour.is_none()) {
             let (span, label) = match &r {
-                Ty::Tuple(ts) if p == want && ts.len() == 2 && ts[0] == Ty::scalar(DType::I32) => {
+                Ty::Tuple(ts) if p == want && ts.len() == 2 && ts[0] == action => {
                     (act.ret.span, format!("the behaviour `{}` must be a struct of `f32` arrays of fixed sizes", ts[1]))
                 }
+                _ if p == want => (
+                    act.ret.span,
+                    format!("expected an action of env `{}`, `{action}` (or `({action}, B)`), found `{r}`", env.name),
+                ),
                 _ => (
                     act.name.span,
-                    "expected the learner state, an observation and a key, giving `i32` or `(i32, B)`".into(),
+                    format!(
+                        "expected the learner state, an observation and a key, giving `{action}` or `({action}, B)`"
+                    ),
                 ),
             };
             wrong(self, act, span, label);
@@ -232,7 +239,7 @@ impl Elab<'_> {
         // update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M), where the
         // trajectory's sizes may also be products (`Trajectory<T, MB * 4>`) or fixed.
         let (p, r) = self.update_signature(update);
-        let traj_def = self.trajectory_def(&traj_key(&env.observation, behaviour.as_ref()));
+        let traj_def = self.trajectory_def(&traj_key(&env, behaviour.as_ref()));
         let metrics = match &r {
             Ty::Tuple(ts) if ts.len() == 2 && ts[0] == learner && is_metrics(&ts[1]) => Some(ts[1].clone()),
             _ => None,

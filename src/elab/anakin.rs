@@ -247,16 +247,18 @@ fn rollout(
         let shape: Vec<usize> = [steps].iter().chain(inner).copied().collect();
         filled(cx, Array::zeros(&ArrayTy::scalar(dtype)), shape).vars[0]
     };
+    let act_tys = agent.act.result_types();
+    let action: Vec<usize> = std::iter::once(n).chain(act_tys[0].shape.iter().copied()).collect();
     let mut buffers = vec![
         buffer(cx, obs_ty.dtype, &obs_ty.shape),
-        buffer(cx, DType::I32, &[n]),
+        buffer(cx, act_tys[0].dtype, &action),
         buffer(cx, DType::F32, &[n]),
         buffer(cx, DType::Bool, &[n]),
         buffer(cx, DType::Bool, &[n]),
         buffer(cx, obs_ty.dtype, &obs_ty.shape),
     ];
     // The behaviour record's arrays, if `act` returns one: `[T, B, ..]` each.
-    for ty in &agent.act.result_types()[1..] {
+    for ty in &act_tys[1..] {
         let inner: Vec<usize> = std::iter::once(n).chain(ty.shape.iter().copied()).collect();
         buffers.push(buffer(cx, ty.dtype, &inner));
     }

@@ -34,11 +34,50 @@ use std::collections::HashMap;
 /// The members an `env` may declare, for diagnostics.
 const MEMBERS: &str = "`observation`, `action` and `time_limit`";
 
+/// What one action of an env is.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ActionSpace {
+    /// `discrete(n)`: an `i32` in `0..n`.
+    Discrete(u64),
+    /// `box(n)` or `box(n, lo, hi)`: an `f32[n]`, with bounds per component when declared.
+    /// The env enforces them (Gymnasium's Pendulum clips); nothing else clips or checks.
+    Box { n: u64, bounds: Option<(Vec<f32>, Vec<f32>)> },
+}
+
+impl ActionSpace {
+    /// One action's type: `i32` or `f32[n]`.
+    pub fn ty(&self) -> Ty {
+        array_ty(&self.array_ty())
+    }
+
+    pub fn array_ty(&self) -> ArrayTy {
+        match self {
+            ActionSpace::Discrete(_) => ArrayTy::scalar(DType::I32),
+            ActionSpace::Box { n, .. } => ArrayTy::new(DType::F32, vec![*n as usize]),
+        }
+    }
+}
+
+/// `discrete(3)`, `box(2)`, `box(1, -2.0, 2.0)`, `box(2, [-1.0, 0.0], 1.0)`: as written in `.pod`.
+impl std::fmt::Display for ActionSpace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let bound = |b: &[f32]| match b {
+            [first, rest @ ..] if rest.iter().all(|x| x.to_bits() == first.to_bits()) => format!("{first:?}"),
+            _ => format!("[{}]", b.iter().map(|x| format!("{x:?}")).collect::<Vec<_>>().join(", ")),
+        };
+        match self {
+            ActionSpace::Discrete(n) => write!(f, "discrete({n})"),
+            ActionSpace::Box { n, bounds: None } => write!(f, "box({n})"),
+            ActionSpace::Box { n, bounds: Some((lo, hi)) } => write!(f, "box({n}, {}, {})", bound(lo), bound(hi)),
+        }
+    }
+}
+
 /// What the checker learned about an environment.
 pub struct EnvInfo {
     pub name: String,
     pub observation: Ty,
-    pub n_actions: u64,
+    pub action: ActionSpace,
     pub time_limit: Option<u64>,
     pub state: Ty,
 }
@@ -48,20 +87,20 @@ pub struct EnvFuncs {
     pub info: EnvInfo,
     /// `(key: u32[2]) -> (state.., t: i32, obs)`.
     pub reset: Func,
-    /// `(state.., t: i32, action: i32, key: u32[2]) -> (state.., t, obs, reward: f32,
+    /// `(state.., t: i32, action, key: u32[2]) -> (state.., t, obs, reward: f32,
     /// terminated: bool, truncated: bool, final_obs)`.
     pub step: Func,
     /// The env's own `step` then `observe`, with no time limit and no reset, for checking
     /// an env against its reference from injected states and keys:
-    /// `(state.., action: i32, key: u32[2]) -> (state.., obs, reward, terminated, truncated)`.
+    /// `(state.., action, key: u32[2]) -> (state.., obs, reward, terminated, truncated)`.
     pub raw_step: Func,
 }
 
-/// The expected signature of each env function, given the state type `S`.
-fn signature(name: &str, state: &str, obs: &str) -> Option<String> {
+/// The expected signature of each env function, given the state, observation and action types.
+fn signature(name: &str, state: &str, obs: &str, action: &str) -> Option<String> {
     match name {
         "reset" => Some("fn reset(key: Key) -> S".to_string()),
-        "step" => Some(format!("fn step(s: {state}, a: i32, key: Key) -> Step<{state}>")),
+        "step" => Some(format!("fn step(s: {state}, a: {action}, key: Key) -> Step<{state}>")),
         "observe" => Some(format!("fn observe(s: {state}) -> {obs}")),
         _ => None,
     }
@@ -71,7 +110,7 @@ impl Elab<'_> {
     /// Checks an `env`: its members, and that its functions exist with the right types.
     pub(crate) fn check_env(&mut self, e: &ast::Env) -> Option<EnvInfo> {
         let mut seen: HashMap<&str, Span> = HashMap::new();
-        let (mut observation, mut n_actions, mut time_limit) = (None, None, None);
+        let (mut observation, mut action, mut time_limit) = (None, None, None);
         for m in &e.members {
             if let Some(first) = seen.insert(&m.name.name, m.name.span) {
                 self.err(TypeError::Duplicate { name: m.name.name.clone(), span: m.name.span, first });
@@ -79,29 +118,12 @@ impl Elab<'_> {
             }
             match (m.name.name.as_str(), &m.spec) {
                 ("observation", EnvSpec::Type(t)) => observation = Some(self.resolve_ty(t)),
-                ("action", EnvSpec::Space { kind, args, span }) if kind.name == "discrete" => match &args[..] {
-                    [d] => match self.resolve_dim(d) {
-                        Some(Dim::Known(n)) if n > 0 => n_actions = Some(n),
-                        Some(_) => {
-                            self.err(TypeError::EnvMember {
-                                detail: "`discrete(n)` needs n ≥ 1".into(), span: *span
-                            });
-                        }
-                        None => {}
-                    },
-                    _ => {
-                        self.err(TypeError::EnvMember { detail: "`discrete` takes one size".into(), span: *span });
-                    }
-                },
-                ("action", EnvSpec::Space { kind, .. }) => {
-                    let detail = format!("unknown action space `{}`; the supported one is `discrete(n)`", kind.name);
-                    self.err(TypeError::EnvMember { detail, span: kind.span });
-                }
+                ("action", EnvSpec::Space { kind, args, span }) => action = self.action_space(kind, args, *span),
                 ("time_limit", EnvSpec::Int(n, _)) if *n > 0 => time_limit = Some(*n),
                 (name @ ("observation" | "action" | "time_limit"), _) => {
                     let detail = match name {
                         "observation" => "`observation` is a type, e.g. `f32[4]`",
-                        "action" => "`action` is a space, e.g. `discrete(3)`",
+                        "action" => "`action` is a space, e.g. `discrete(3)` or `box(2)`",
                         _ => "`time_limit` is a number of steps, e.g. `500`",
                     };
                     self.err(TypeError::EnvMember { detail: detail.into(), span: m.span });
@@ -113,7 +135,7 @@ impl Elab<'_> {
             }
         }
         if e.external {
-            return self.check_extern_env(e, observation, n_actions, time_limit);
+            return self.check_extern_env(e, observation, action, time_limit);
         }
         let mut fns: HashMap<&str, &ast::Fn> = HashMap::new();
         for f in &e.fns {
@@ -121,7 +143,7 @@ impl Elab<'_> {
                 self.err(TypeError::Duplicate { name: f.name.name.clone(), span: f.name.span, first: prev.name.span });
                 continue;
             }
-            if signature(&f.name.name, "S", "OBS").is_none() {
+            if signature(&f.name.name, "S", "OBS", "A").is_none() {
                 let detail = format!("`{}` is not an env function; define helpers outside the env", f.name.name);
                 self.err(TypeError::EnvMember { detail, span: f.name.span });
             } else if let Some(g) = f.generics.first() {
@@ -144,9 +166,11 @@ impl Elab<'_> {
         let state = fns.get("reset").map(|f| self.signature_types(f).1);
         let state_s = state.as_ref().map_or_else(|| "S".to_string(), |t| t.to_string());
         let obs_s = observation.as_ref().map_or_else(|| "OBS".to_string(), |t| t.to_string());
+        let action_ty = action.as_ref().map_or(Ty::Error, ActionSpace::ty);
+        let action_s = action.as_ref().map_or_else(|| "A".to_string(), |a| a.ty().to_string());
         for name in ["reset", "step", "observe"] {
             if !fns.contains_key(name) {
-                let help = signature(name, &state_s, &obs_s);
+                let help = signature(name, &state_s, &obs_s, &action_s);
                 let what = format!("`fn {name}`");
                 self.err(TypeError::EnvMissing {
                     env: format!("env `{}`", e.name.name),
@@ -158,11 +182,10 @@ impl Elab<'_> {
         }
         let state = state?;
         let key = super::random::key_ty();
-        let i32_ty = Ty::scalar(DType::I32);
         let step_ty = if state.is_error() { Ty::Error } else { Ty::Struct(self.step_def(state.clone()), vec![]) };
         let want: [(&str, Vec<Ty>, Ty); 3] = [
             ("reset", vec![key.clone()], state.clone()),
-            ("step", vec![state.clone(), i32_ty, key], step_ty),
+            ("step", vec![state.clone(), action_ty, key], step_ty),
             ("observe", vec![state.clone()], observation.clone().unwrap_or(Ty::Error)),
         ];
         let mut ok = missing.is_empty();
@@ -176,7 +199,7 @@ impl Elab<'_> {
             let wrong = if found_params.len() != params.len() {
                 Some((f.name.span, format!("expected {} parameters, found {}", params.len(), found_params.len())))
             } else if let Some(((_, t), (want, have))) =
-                f.params.iter().zip(params.iter().zip(&found_params)).find(|(_, (w, h))| w != h)
+                f.params.iter().zip(params.iter().zip(&found_params)).find(|(_, (w, h))| w != h && !w.is_error())
             {
                 Some((t.span, format!("expected `{want}`, found `{have}`")))
             } else {
@@ -191,15 +214,16 @@ impl Elab<'_> {
                     .collect();
                 let found =
                     format!("fn {name}({}) -> {}", written.join(", "), crate::syntax::print::print_type(&f.ret));
-                let expected = signature(name, &state_s, &obs_s).unwrap_or_default();
+                let expected = signature(name, &state_s, &obs_s, &action_s).unwrap_or_default();
                 let (env, func) = (format!("env `{}`", e.name.name), name.to_string());
                 self.err(TypeError::EnvSignature { env, func, expected, found, label, span });
             }
         }
-        ok.then(|| EnvInfo {
+        // An invalid action space was reported where it was declared.
+        ok.then_some(EnvInfo {
             name: e.name.name.clone(),
             observation: observation.unwrap_or(Ty::Error),
-            n_actions: n_actions.unwrap_or(1),
+            action: action?,
             time_limit,
             state,
         })
@@ -210,14 +234,14 @@ impl Elab<'_> {
         &mut self,
         e: &ast::Env,
         observation: Option<Ty>,
-        n_actions: Option<u64>,
+        action: Option<ActionSpace>,
         time_limit: Option<u64>,
     ) -> Option<EnvInfo> {
         for f in &e.fns {
             let detail = "an `extern env` declares spaces only: the host steps it".to_string();
             self.err(TypeError::EnvMember { detail, span: f.name.span });
         }
-        for (m, found) in [("observation", observation.is_some()), ("action", n_actions.is_some())] {
+        for (m, found) in [("observation", observation.is_some()), ("action", action.is_some())] {
             if !found && !e.members.iter().any(|x| x.name.name == m) {
                 let (env, what) = (format!("env `{}`", e.name.name), format!("`{m}`"));
                 self.err(TypeError::EnvMissing { env, what, span: e.name.span, help: None });
@@ -229,10 +253,76 @@ impl Elab<'_> {
         Some(EnvInfo {
             name: e.name.name.clone(),
             observation: observation?,
-            n_actions: n_actions?,
+            action: action?,
             time_limit,
             state: Ty::unit(),
         })
+    }
+
+    /// `discrete(n)`, `box(n)` or `box(n, lo, hi)`, where `lo` and `hi` are `f32` scalars or
+    /// `f32[n]`, all known at compile time.
+    fn action_space(&mut self, kind: &ast::Ident, args: &[ast::Expr], span: Span) -> Option<ActionSpace> {
+        let bad = |cx: &mut Self, detail: &str, span| {
+            cx.err(TypeError::EnvMember { detail: detail.into(), span });
+            None
+        };
+        match (kind.name.as_str(), args) {
+            ("discrete", [n]) => match self.static_dim(n, "the number of actions")? {
+                Dim::Known(n) if n > 0 => Some(ActionSpace::Discrete(n)),
+                _ => bad(self, "`discrete(n)` needs n ≥ 1", n.span),
+            },
+            ("discrete", _) => bad(self, "`discrete` takes one size", span),
+            ("box", [n, bounds @ ..]) if bounds.len() != 1 && bounds.len() <= 2 => {
+                let n = match self.static_dim(n, "the size of an action")? {
+                    Dim::Known(n) if n > 0 => n,
+                    _ => return bad(self, "`box(n)` needs n ≥ 1", n.span),
+                };
+                let bounds = match bounds {
+                    [lo, hi] => {
+                        let (lo, hi) = (self.action_bound(lo, n), self.action_bound(hi, n));
+                        let (lo, hi) = (lo?, hi?);
+                        if let Some(i) = (0..lo.len()).find(|&i| !(lo[i] < hi[i])) {
+                            let detail = format!(
+                                "the bounds must have lo < hi: component {i} has lo {:?}, hi {:?}",
+                                lo[i], hi[i]
+                            );
+                            self.err(TypeError::EnvMember { detail, span });
+                            return None;
+                        }
+                        Some((lo, hi))
+                    }
+                    _ => None,
+                };
+                Some(ActionSpace::Box { n, bounds })
+            }
+            ("box", _) => bad(self, "`box` takes a size and optionally bounds: `box(n)` or `box(n, lo, hi)`", span),
+            (other, _) => {
+                let detail =
+                    format!("unknown action space `{other}`; the action spaces are `discrete(n)` and `box(n)`");
+                bad(self, &detail, kind.span)
+            }
+        }
+    }
+
+    /// A bound of `box(n, lo, hi)`: an `f32` scalar (for every component) or `f32[n]`, known
+    /// at compile time; `n` values.
+    fn action_bound(&mut self, e: &ast::Expr, n: u64) -> Option<Vec<f32>> {
+        let v = self.expr(e);
+        let want = match &v.ty {
+            Ty::Error => return None,
+            Ty::Array(_, d) if d.is_empty() => Ty::scalar(DType::F32),
+            _ => Ty::Array(DType::F32, vec![Dim::Known(n)]),
+        };
+        let v = self.coerce(v, &want, e.span, None);
+        match (&v.ty, v.known.map(|a| a.data)) {
+            (Ty::Error, _) => None,
+            (_, Some(crate::array::Data::F32(x))) if x.len() == 1 => Some(vec![x[0]; n as usize]),
+            (_, Some(crate::array::Data::F32(x))) => Some(x),
+            _ => {
+                self.err(TypeError::NotStatic { what: "a bound of `box`".into(), span: e.span });
+                None
+            }
+        }
     }
 
     /// A non-generic function's parameter and result types.
@@ -353,7 +443,7 @@ fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Deriv
         }
         Derived::RawStep => {
             let s = cx.param(info.state.clone());
-            let a = cx.param(i32_ty.clone());
+            let a = cx.param(info.action.ty());
             let key = cx.param(super::random::key_ty());
             let st = cx.call_env(e, r.module, "step", vec![s.clone(), a.clone(), key.clone()]);
             let mut f = cx.split(&st).into_iter();
@@ -366,7 +456,7 @@ fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Deriv
         Derived::Step => {
             let s = cx.param(info.state.clone());
             let t = cx.param(i32_ty.clone());
-            let a = cx.param(i32_ty.clone());
+            let a = cx.param(info.action.ty());
             let key = cx.param(super::random::key_ty());
             let (k_step, k_reset) = split2(&mut cx, key.clone(), span);
             let st = cx.call_env(e, r.module, "step", vec![s.clone(), a.clone(), k_step]);
@@ -408,7 +498,7 @@ fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Deriv
 }
 
 /// The program `podc bench env` times: `steps` steps of `envs` auto-resetting
-/// environments with uniformly random actions, in one loop on the device.
+/// environments with random actions (see [`random_actions`]), in one loop on the device.
 ///
 /// `(key: u32[2]) -> (total reward: f32, episodes ended: i32)`; the results depend on
 /// every step, so nothing is optimised away.
@@ -440,13 +530,7 @@ pub fn bench_program(prog: &Program, env: &EnvFuncs, envs: usize, steps: usize) 
     let (k, total, episodes) = (leaf(&cx, rest[0]), leaf(&cx, rest[1]), leaf(&cx, rest[2]));
     let (k, k_act) = split2(&mut cx, k, span);
     let (k, k_env) = split2(&mut cx, k, span);
-    let n = cx.known_val(Array::i32(vec![], vec![env.info.n_actions as i32]), Ty::scalar(DType::I32), false);
-    let zero = cx.known_val(Array::i32(vec![], vec![0]), Ty::scalar(DType::I32), false);
-    let actions = cx.call_builtin(
-        "randint",
-        vec![Arg::Val(k_act), Arg::Shape(vec![envs as u64]), Arg::Val(zero), Arg::Val(n)],
-        span,
-    );
+    let actions = random_actions(&mut cx, &env.info.action, k_act, envs);
     let env_keys = cx.call_builtin("split", vec![Arg::Val(k_env), Arg::Int(envs as u64)], span);
     let mut args = state_t.to_vec();
     args.extend(actions.vars.iter().copied());
@@ -469,6 +553,33 @@ pub fn bench_program(prog: &Program, env: &EnvFuncs, envs: usize, steps: usize) 
     let finals = b.end_loop(0, steps as i64, &init_vars, params, yields);
     let results = finals[finals.len() - 2..].to_vec();
     cx.finish_internal(&format!("{}_bench", env.info.name), key.vars, results)
+}
+
+/// Random actions for `envs` environments: uniform over `discrete(n)` or within a `box`'s
+/// bounds, standard normal for an unbounded `box`.
+fn random_actions(cx: &mut Elab, space: &ActionSpace, k: Val, envs: usize) -> Val {
+    let span = Span::default();
+    let i32_val = |cx: &mut Elab, x: i32| cx.known_val(Array::i32(vec![], vec![x]), Ty::scalar(DType::I32), false);
+    match space {
+        ActionSpace::Discrete(n) => {
+            let (lo, hi) = (i32_val(cx, 0), i32_val(cx, *n as i32));
+            let shape = Arg::Shape(vec![envs as u64]);
+            cx.call_builtin("randint", vec![Arg::Val(k), shape, Arg::Val(lo), Arg::Val(hi)], span)
+        }
+        ActionSpace::Box { n, bounds: None } => {
+            cx.call_builtin("normal", vec![Arg::Val(k), Arg::Shape(vec![envs as u64, *n])], span)
+        }
+        ActionSpace::Box { n, bounds: Some((lo, hi)) } => {
+            // lo + (hi - lo) * u, the bounds repeated for every env.
+            let u = cx.call_builtin("uniform", vec![Arg::Val(k), Arg::Shape(vec![envs as u64, *n])], span);
+            let rows = |x: Vec<f32>| Array::f32(vec![envs, x.len()], x.repeat(envs));
+            let ty = Ty::Array(DType::F32, vec![Dim::Known(envs as u64), Dim::Known(*n)]);
+            let width = cx.known_val(rows(lo.iter().zip(hi).map(|(l, h)| h - l).collect()), ty.clone(), false);
+            let lo = cx.known_val(rows(lo.clone()), ty, false);
+            let scaled = cx.apply(Prim::Binary(Binary { op: BinaryOp::Mul }), &[&width, &u]);
+            cx.apply(Prim::Binary(Binary { op: BinaryOp::Add }), &[&lo, &scaled])
+        }
+    }
 }
 
 /// `split(k)` as a pair of keys.

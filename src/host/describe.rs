@@ -36,11 +36,10 @@ pub fn env_name(backend: Backend, id: &str) -> String {
     name
 }
 
-/// `extern env NAME { observation: T, action: discrete(N), time_limit: L }`, with a
-/// comment naming where it came from.
+/// `extern env NAME { observation: T, action: discrete(N), time_limit: L }` (or `box(N, ..)`),
+/// with a comment naming where it came from.
 pub fn extern_block(uri: &str, spec: &EnvSpec) -> String {
-    let mut members =
-        vec![format!("observation: {}", type_text(&spec.obs)), format!("action: discrete({})", spec.n_actions)];
+    let mut members = vec![format!("observation: {}", type_text(&spec.obs)), format!("action: {}", spec.action)];
     if let Some(t) = spec.time_limit {
         members.push(format!("time_limit: {t}"));
     }
@@ -65,13 +64,24 @@ mod tests {
         let spec = EnvSpec {
             name: "AcrobotV1".into(),
             obs: ArrayTy::new(DType::F32, vec![6]),
-            n_actions: 3,
+            action: crate::host::ActionSpace::Discrete(3),
             time_limit: Some(500),
         };
         assert_eq!(
             extern_block("gymnasium:Acrobot-v1", &spec),
             "// The spaces of `gymnasium:Acrobot-v1`, as `podc env describe` reports them.\n\
              extern env AcrobotV1 { observation: f32[6], action: discrete(3), time_limit: 500 }\n"
+        );
+        let pendulum = EnvSpec {
+            name: "PendulumV1".into(),
+            obs: ArrayTy::new(DType::F32, vec![3]),
+            action: crate::host::ActionSpace::Box { n: 1, bounds: Some((vec![-2.0], vec![2.0])) },
+            time_limit: Some(200),
+        };
+        assert!(
+            extern_block("gymnasium:Pendulum-v1", &pendulum).ends_with(
+                "extern env PendulumV1 { observation: f32[3], action: box(1, -2.0, 2.0), time_limit: 200 }\n"
+            )
         );
     }
 }

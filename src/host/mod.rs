@@ -25,21 +25,22 @@ pub mod worker;
 
 pub use uri::{Backend, EnvUri, KwValue};
 
-use crate::array::{Array, ArrayTy};
+use crate::array::{Array, ArrayTy, Data};
+pub use crate::elab::env::ActionSpace;
 use crate::runtime::Client;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// What a host env is: the spaces an agent is checked against.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct EnvSpec {
     /// A name for messages and `extern env` blocks, e.g. `CartPoleV1`.
     pub name: String,
     /// One environment's observation.
     pub obs: ArrayTy,
-    /// `discrete(n_actions)`: actions are `0..n_actions`.
-    pub n_actions: u64,
+    /// One environment's action: `discrete(n)` (`0..n`) or `box(n, ..)`.
+    pub action: ActionSpace,
     /// Steps after which an episode is truncated, if the env has a limit.
     pub time_limit: Option<u64>,
 }
@@ -49,11 +50,17 @@ impl EnvSpec {
     pub fn obs_bytes(&self) -> usize {
         self.obs.numel() * self.obs.dtype.size()
     }
+
+    /// Bytes of one environment's action.
+    pub fn action_bytes(&self) -> usize {
+        let t = self.action.array_ty();
+        t.numel() * t.dtype.size()
+    }
 }
 
 impl fmt::Display for EnvSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "observation: {}, action: discrete({})", describe::type_text(&self.obs), self.n_actions)?;
+        write!(f, "observation: {}, action: {}", describe::type_text(&self.obs), self.action)?;
         match self.time_limit {
             Some(n) => write!(f, ", time_limit: {n}"),
             None => write!(f, ", no time limit"),
@@ -127,16 +134,18 @@ pub trait HostEnv: Send {
     /// the same episodes (see each backend for how the seed spreads over the envs).
     fn reset(&mut self, seed: u64, out: &mut StepOut) -> Result<(), HostError>;
 
-    /// Steps every environment with its action (`actions.len() == num_envs`, each in
-    /// `0..n_actions`), auto-resetting those whose episode ends.
-    fn step(&mut self, actions: &[i32], out: &mut StepOut) -> Result<(), HostError> {
+    /// Steps every environment with its action, auto-resetting those whose episode ends.
+    /// `actions` is `[num_envs, ..]` of the spec's action type: `i32[num_envs]` each in
+    /// `0..n` for `discrete(n)`, `f32[num_envs, n]` for `box(n)` (bounds are the env's to
+    /// enforce).
+    fn step(&mut self, actions: &Array, out: &mut StepOut) -> Result<(), HostError> {
         self.send(actions)?;
         self.recv(out)
     }
 
     /// Starts a step and returns without waiting for it, so that the caller can work
     /// (e.g. act on another batch) while the envs step. Finish it with [`HostEnv::recv`].
-    fn send(&mut self, actions: &[i32]) -> Result<(), HostError>;
+    fn send(&mut self, actions: &Array) -> Result<(), HostError>;
 
     /// Waits for the step [`HostEnv::send`] started and writes its results.
     fn recv(&mut self, out: &mut StepOut) -> Result<(), HostError>;
@@ -148,12 +157,20 @@ pub trait HostEnv: Send {
 }
 
 /// Checks a step's actions against the batch, so that no backend indexes out of bounds.
-pub(crate) fn check_actions(spec: &EnvSpec, num_envs: usize, actions: &[i32]) -> Result<(), HostError> {
-    if actions.len() != num_envs {
-        return Err(HostError::Usage(format!("{} actions for a batch of {num_envs} envs", actions.len())));
+pub(crate) fn check_actions(spec: &EnvSpec, num_envs: usize, actions: &Array) -> Result<(), HostError> {
+    let one = spec.action.array_ty();
+    let want = ArrayTy::new(one.dtype, std::iter::once(num_envs).chain(one.shape).collect());
+    if actions.ty() != want {
+        let (found, want) = (describe::type_text(&actions.ty()), describe::type_text(&want));
+        return Err(HostError::Usage(format!(
+            "actions `{found}` for a batch of {num_envs} envs of `{}`: expected `{want}`",
+            spec.action
+        )));
     }
-    if let Some(a) = actions.iter().find(|&&a| a < 0 || a as u64 >= spec.n_actions) {
-        return Err(HostError::Usage(format!("action {a} is outside `discrete({})`", spec.n_actions)));
+    if let (ActionSpace::Discrete(n), Data::I32(v)) = (&spec.action, &actions.data)
+        && let Some(a) = v.iter().find(|&&a| a < 0 || a as u64 >= *n)
+    {
+        return Err(HostError::Usage(format!("action {a} is outside `discrete({n})`")));
     }
     Ok(())
 }

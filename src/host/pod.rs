@@ -73,7 +73,7 @@ impl PodEnv {
         let spec = EnvSpec {
             name: env.info.name.clone(),
             obs,
-            n_actions: env.info.n_actions,
+            action: env.info.action.clone(),
             time_limit: env.info.time_limit,
         };
         let n_state = env.step.graph.params.len() - 3;
@@ -156,7 +156,7 @@ impl HostEnv for PodEnv {
     }
 
     /// Runs the step on the device; `recv` downloads its results.
-    fn send(&mut self, actions: &[i32]) -> Result<(), HostError> {
+    fn send(&mut self, actions: &Array) -> Result<(), HostError> {
         super::check_actions(&self.spec, self.num_envs, actions)?;
         if self.state.is_empty() {
             return Err(HostError::Usage("step before reset".into()));
@@ -166,7 +166,7 @@ impl HostEnv for PodEnv {
         }
         let t = self.t.checked_add(1).ok_or_else(|| HostError::Usage("more than 2^31 steps since the reset".into()))?;
         let keys = self.step_keys(t)?;
-        let a = self.client.upload(&Array::i32(vec![self.num_envs], actions.to_vec()), 0)?;
+        let a = self.client.upload(actions, 0)?;
         let mut args: Vec<&Buffer> = self.state.iter().collect();
         args.extend([&a, &keys]);
         let mut outs = self.step.execute(&args)?;

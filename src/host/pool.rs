@@ -55,7 +55,7 @@ impl WorkerPool {
             spec: EnvSpec {
                 name: String::new(),
                 obs: crate::array::ArrayTy::scalar(crate::array::DType::F32),
-                n_actions: 1,
+                action: super::ActionSpace::Discrete(1),
                 time_limit: None,
             },
             num_envs: opts.num_envs,
@@ -236,16 +236,17 @@ impl HostEnv for WorkerPool {
         Ok(())
     }
 
-    fn send(&mut self, actions: &[i32]) -> Result<(), HostError> {
+    fn send(&mut self, actions: &crate::array::Array) -> Result<(), HostError> {
         super::check_actions(&self.spec, self.num_envs, actions)?;
         if self.in_flight.is_some() {
             return Err(HostError::Usage("send while a step is in flight: recv it first".into()));
         }
         let mut faults = vec![];
+        let (bytes, ab) = (actions.to_bytes(), self.spec.action_bytes());
         // Send to all, then wait for each in `recv`: the workers step at the same time.
         for (i, s) in self.slots.iter_mut().enumerate() {
             let n = s.worker.num_envs;
-            if let Err(f) = s.worker.send_step(&actions[s.first..s.first + n]) {
+            if let Err(f) = s.worker.send_step(&bytes[s.first * ab..(s.first + n) * ab]) {
                 faults.push((i, f));
             }
         }

@@ -56,7 +56,8 @@ def import_user_module(name):
 
 
 def space_spec(np, obs_space, act_space):
-    """The spaces as podc's types: (dtype, shape, n_actions, action_start)."""
+    """The spaces as podc's types: (dtype, shape, action, action_start), `action` being
+    {"discrete": n}, or {"box": n} with "low" and "high" lists when the Box is bounded."""
     kind = type(obs_space).__name__
     if kind == "Box":
         dt = np.dtype(obs_space.dtype)
@@ -75,9 +76,18 @@ def space_spec(np, obs_space, act_space):
         dtype, shape = "i32", []
     else:
         raise ValueError(f"unsupported observation space {obs_space}; podracer supports Box and Discrete")
-    if type(act_space).__name__ != "Discrete":
-        raise ValueError(f"unsupported action space {act_space}; podracer supports Discrete")
-    return dtype, shape, int(act_space.n), int(getattr(act_space, "start", 0))
+    kind = type(act_space).__name__
+    if kind == "Discrete":
+        return dtype, shape, {"discrete": int(act_space.n)}, int(getattr(act_space, "start", 0))
+    if kind == "Box" and len(act_space.shape) == 1 and np.dtype(act_space.dtype).kind == "f":
+        action = {"box": int(act_space.shape[0])}
+        low, high = np.asarray(act_space.low, np.float64), np.asarray(act_space.high, np.float64)
+        if np.all(np.isfinite(low)) and np.all(np.isfinite(high)):
+            action["low"], action["high"] = low.tolist(), high.tolist()
+        elif not (np.all(low == -np.inf) and np.all(high == np.inf)):
+            raise ValueError(f"unsupported action space {act_space}: bounds partly infinite")
+        return dtype, shape, action, 0
+    raise ValueError(f"unsupported action space {act_space}; podracer supports Discrete and one-dimensional float Box")
 
 
 class Gymnasium:
@@ -276,13 +286,13 @@ def main():
             import_user_module(name)
         cls = Gymnasium if backend == "gymnasium" else EnvPool
         env = cls(np, config["id"], config["kwargs"], config["num_envs"])
-        dtype, shape, n_actions, start = space_spec(np, env.obs_space, env.act_space)
+        dtype, shape, action, start = space_spec(np, env.obs_space, env.act_space)
     except Exception as e:
         traceback.print_exc()
         send_line({"error": "make", "message": f"{type(e).__name__}: {e}"})
         return
     limit = env.time_limit
-    send_line({"obs_dtype": dtype, "obs_shape": shape, "n_actions": n_actions,
+    send_line({"obs_dtype": dtype, "obs_shape": shape, "action": action,
                "time_limit": int(limit) if limit else None})
 
     layout = read_line()
@@ -295,7 +305,16 @@ def main():
     def view(name, dt, count, shp):
         return np.frombuffer(mm, dtype=dt, count=count, offset=layout[name]).reshape(shp)
 
-    actions = view("actions", np.int32, n, (n,))
+    # What the env is given: the view itself when it can be (podc does not write while the
+    # worker steps), else a copy in the space's dtype or with its `start` added.
+    if "box" in action:
+        k = action["box"]
+        actions = view("actions", np.float32, n * k, (n, k))
+        act_dtype = np.dtype(env.act_space.dtype)
+        to_env = (lambda a: a) if act_dtype == np.float32 else (lambda a: a.astype(act_dtype))
+    else:
+        actions = view("actions", np.int32, n, (n,))
+        to_env = (lambda a: a + start) if start else (lambda a: a)
     obs = view("obs", np_dtype, n * numel, (n, *shape))
     final_obs = view("final_obs", np_dtype, n * numel, (n, *shape))
     reward = view("reward", np.float32, n, (n,))
@@ -306,8 +325,7 @@ def main():
     while True:
         cmd = chan.recv(1)
         if cmd == b"S":
-            # The view itself when it can be: podc does not write while the worker steps.
-            env.step(actions + start if start else actions, obs, reward, terminated, truncated, final_obs)
+            env.step(to_env(actions), obs, reward, terminated, truncated, final_obs)
             chan.sendall(b"s")
         elif cmd == b"R":
             env.reset(int(seed[0]), obs, final_obs)

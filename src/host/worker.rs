@@ -4,7 +4,7 @@
 
 use super::shm::Shm;
 use super::uri::EnvUri;
-use super::{EnvSpec, HostError};
+use super::{ActionSpace, EnvSpec, HostError};
 use crate::array::{ArrayTy, DType};
 use serde_json::{Value, json};
 use std::io::{ErrorKind, Read, Write};
@@ -50,14 +50,14 @@ struct Layout {
 }
 
 impl Layout {
-    fn new(n: usize, obs_bytes: usize) -> Layout {
+    fn new(n: usize, obs_bytes: usize, action_bytes: usize) -> Layout {
         let mut at = 0;
         let mut section = |bytes: usize| {
             let start = at;
             at = (at + bytes).div_ceil(64) * 64;
             start
         };
-        let actions = section(4 * n);
+        let actions = section(action_bytes * n);
         let obs = section(obs_bytes * n);
         let final_obs = section(obs_bytes * n);
         let reward = section(4 * n);
@@ -152,13 +152,17 @@ impl Worker {
                 }
             })
         });
-        let placeholder =
-            EnvSpec { name: String::new(), obs: ArrayTy::scalar(DType::F32), n_actions: 1, time_limit: None };
+        let placeholder = EnvSpec {
+            name: String::new(),
+            obs: ArrayTy::scalar(DType::F32),
+            action: ActionSpace::Discrete(1),
+            time_limit: None,
+        };
         Ok(Worker {
             child,
             chan,
             shm,
-            layout: Layout::new(0, 0),
+            layout: Layout::new(0, 0, 0),
             spec: placeholder,
             num_envs: cfg.num_envs,
             stderr,
@@ -191,7 +195,7 @@ impl Worker {
             });
         }
         self.spec = parse_spec(&report, cfg.uri)?;
-        self.layout = Layout::new(cfg.num_envs, self.spec.obs_bytes());
+        self.layout = Layout::new(cfg.num_envs, self.spec.obs_bytes(), self.spec.action_bytes());
         self.shm.map(self.layout.size).map_err(|e| io("mapping the shared memory", e))?;
         let mut line = self.layout.json().to_string();
         line.push('\n');
@@ -217,13 +221,11 @@ impl Worker {
         self.send(b'R')
     }
 
-    /// Writes the actions and sends `S` without waiting.
-    pub fn send_step(&mut self, actions: &[i32]) -> Result<(), Fault> {
+    /// Writes the actions (raw little-endian bytes, one row per env) and sends `S`
+    /// without waiting.
+    pub fn send_step(&mut self, actions: &[u8]) -> Result<(), Fault> {
         let at = self.layout.actions;
-        let dst = &mut self.shm.bytes_mut()[at..at + 4 * actions.len()];
-        for (d, a) in dst.chunks_exact_mut(4).zip(actions) {
-            d.copy_from_slice(&a.to_le_bytes());
-        }
+        self.shm.bytes_mut()[at..at + actions.len()].copy_from_slice(actions);
         self.send(b'S')
     }
 
@@ -382,11 +384,28 @@ fn parse_spec(v: &Value, uri: &EnvUri) -> Result<EnvSpec, HostError> {
         .and_then(Value::as_array)
         .and_then(|a| a.iter().map(|d| d.as_u64().map(|d| d as usize)).collect::<Option<Vec<_>>>())
         .ok_or_else(|| bad("obs_shape"))?;
-    let n_actions = v.get("n_actions").and_then(Value::as_u64).filter(|&n| n > 0).ok_or_else(|| bad("n_actions"))?;
+    let action = parse_action(v.get("action").ok_or_else(|| bad("action"))?).ok_or_else(|| bad("action"))?;
     let time_limit = match v.get("time_limit") {
         None | Some(Value::Null) => None,
         Some(t) => Some(t.as_u64().filter(|&t| t > 0).ok_or_else(|| bad("time_limit"))?),
     };
     let name = super::describe::env_name(uri.backend, &uri.id);
-    Ok(EnvSpec { name, obs: ArrayTy::new(dtype, shape), n_actions, time_limit })
+    Ok(EnvSpec { name, obs: ArrayTy::new(dtype, shape), action, time_limit })
+}
+
+/// `{"discrete": n}`, or `{"box": n}` with `"low"` and `"high"` lists when bounded.
+fn parse_action(v: &Value) -> Option<ActionSpace> {
+    let floats = |k: &str, n: u64| -> Option<Vec<f32>> {
+        let xs: Vec<f32> = v.get(k)?.as_array()?.iter().map(|x| x.as_f64().map(|x| x as f32)).collect::<Option<_>>()?;
+        (xs.len() as u64 == n).then_some(xs)
+    };
+    if let Some(n) = v.get("discrete").and_then(Value::as_u64).filter(|&n| n > 0) {
+        return Some(ActionSpace::Discrete(n));
+    }
+    let n = v.get("box").and_then(Value::as_u64).filter(|&n| n > 0)?;
+    let bounds = match (v.get("low"), v.get("high")) {
+        (None, None) => None,
+        _ => Some((floats("low", n)?, floats("high", n)?)),
+    };
+    Some(ActionSpace::Box { n, bounds })
 }

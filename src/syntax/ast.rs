@@ -119,8 +119,9 @@ pub struct EnvMember {
 pub enum EnvSpec {
     /// A type: `f32[ROWS, COLS]`, `State`, `Dense<3, 4>`, `(f32, i32)`.
     Type(Type),
-    /// A space: `discrete(3)`, `box(ROWS, 4)`: a name, then dimensions in parentheses.
-    Space { kind: Ident, args: Vec<DimExpr>, span: Span },
+    /// A space: `discrete(3)`, `box(2, -1.0, 1.0)`: a name, then arguments in parentheses
+    /// (expressions known at compile time).
+    Space { kind: Ident, args: Vec<Expr>, span: Span },
     /// An integer: `500`.
     Int(u64, Span),
 }

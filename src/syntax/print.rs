@@ -204,11 +204,14 @@ fn fn_doc(f: &Fn) -> Doc {
     Doc::List { items, head, force: true }
 }
 
-/// Prints what an env member says in source syntax: `f32[R, C]`, `discrete(3)`, `500`.
+/// Prints what an env member says: `f32[R, C]`, `discrete(3)`, `500` (a space's arguments
+/// as expressions are printed).
 pub fn print_env_spec(spec: &EnvSpec) -> String {
     match spec {
         EnvSpec::Type(t) => print_type(t),
-        EnvSpec::Space { kind, args, .. } => format!("{}({})", kind.name, dims_str(args)),
+        EnvSpec::Space { kind, args, .. } => {
+            format!("{}({})", kind.name, args.iter().map(print_expr).collect::<Vec<_>>().join(", "))
+        }
         EnvSpec::Int(n, _) => n.to_string(),
     }
 }

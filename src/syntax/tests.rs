@@ -1,7 +1,7 @@
 //! Parser tests: snapshots of the printed tree for valid programs, precedence and lexing
 //! checks, snapshots of the diagnostics for `tests/ui/parse/*.pod`, and a no-panic sweep.
 
-use super::ast::{DimExpr, EnvSpec, ExprKind, Item, Module, TypeKind};
+use super::ast::{EnvSpec, Expr, ExprKind, Item, Module, TypeKind};
 use super::lexer::lex;
 use super::parse;
 use super::print::{print_expr, print_module};
@@ -182,7 +182,7 @@ fn env_members() {
     );
     let EnvSpec::Space { kind, args, span } = &e.members[1].spec else { panic!("expected a space") };
     assert_eq!((kind.name.as_str(), text(*span)), ("discrete", "discrete(3)"));
-    assert!(matches!(args.as_slice(), [DimExpr::Lit(3, _)]));
+    assert!(matches!(args.as_slice(), [Expr { kind: ExprKind::Int(3), .. }]));
     assert!(matches!(&e.members[2].spec, EnvSpec::Int(500, s) if text(*s) == "500"));
     assert!(
         matches!(&e.members[3].spec, EnvSpec::Type(t) if matches!(&t.kind, TypeKind::Named { args, .. } if args.is_empty()))
@@ -432,7 +432,7 @@ fn messages() {
             "expected `:`, found identifier `f32`",
             Some("an `env` body holds members, such as `action: discrete(3)`, and `fn` items"),
         ),
-        ("env E { a: discrete(3; }", "expected one of `)`, `*` or `,`, found `;`", None),
+        ("env E { a: discrete(3; }", "expected one of `)` or `,`, found `;`", None),
         ("env E { a: 1.5 }", "expected `(`, an identifier or an integer, found float `1.5`", None),
         (
             "env E { fn f() -> f32 { 1.0 } let (a, b) = (1, 2); }",

@@ -12,7 +12,7 @@
 use podracer::array::{Array, DType, Data};
 use podracer::driver;
 use podracer::elab::anakin::{Shape, anakin_programs};
-use podracer::elab::env::build_env;
+use podracer::elab::env::{ActionSpace, build_env};
 use podracer::ir::Func;
 use podracer::ir::eval::eval_func;
 use podracer::lower::stablehlo::lower_module;
@@ -157,7 +157,10 @@ pub fn check(
             .map(|_| {
                 let mut out = eval_func(&env.reset, &[inputs.array(DType::U32, &[2])]);
                 out.pop(); // the observation
-                out.push(Array::i32(vec![], vec![(inputs.next() % env.info.n_actions) as i32]));
+                out.push(match &env.info.action {
+                    ActionSpace::Discrete(n) => Array::i32(vec![], vec![(inputs.next() % n) as i32]),
+                    ActionSpace::Box { n, .. } => inputs.array(DType::F32, &[*n as usize]),
+                });
                 out.push(inputs.array(DType::U32, &[2]));
                 out
             })

@@ -4,7 +4,7 @@
 
 use super::policy::{PolicyStore, Want};
 use super::rollout::{self, Layout, Rollout};
-use crate::array::{Array, Data};
+use crate::array::Array;
 use crate::host::{self, EnvSpec, HostEnv, StepOut};
 use crate::runtime::{Buffer, Client, Executable};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -159,7 +159,6 @@ impl Actor {
         *key = outs.next().ok_or("the actor program returned no key")?;
         let action =
             outs.next().ok_or("the actor program returned no action")?.download().map_err(|e| e.to_string())?;
-        let Data::I32(actions) = &action.data else { return Err("the actions are not i32".into()) };
         let l = &self.layout;
         roll.write(l, rollout::OBS, t, h.env0, &h.out.obs);
         roll.write(l, rollout::ACTION, t, h.env0, &action.to_bytes());
@@ -167,7 +166,7 @@ impl Actor {
             let b = b.download().map_err(|e| e.to_string())?;
             roll.write(l, rollout::BEHAVIOUR + i, t, h.env0, &b.to_bytes());
         }
-        h.env.send(actions).map_err(|e| e.to_string())
+        h.env.send(&action).map_err(|e| e.to_string())
     }
 
     /// Finishes a half's step and records what came of it.
@@ -200,7 +199,7 @@ fn limit(t: Option<u64>) -> String {
 
 /// The host env must have the agent's observation and actions.
 pub fn check_spec(agent: &EnvSpec, host: &EnvSpec, uri: &str) -> Result<(), String> {
-    if agent.obs == host.obs && agent.n_actions == host.n_actions {
+    if agent.obs == host.obs && agent.action == host.action {
         return Ok(());
     }
     Err(format!(

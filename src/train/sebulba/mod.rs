@@ -118,7 +118,7 @@ pub fn agent_spec(agent: &AgentFuncs) -> Result<EnvSpec, String> {
         Some([one]) => one.clone(),
         _ => return Err(format!("env `{}` observes `{}`: Sebulba needs one array", env.name, env.observation)),
     };
-    Ok(EnvSpec { name: env.name.clone(), obs, n_actions: env.n_actions, time_limit: env.time_limit })
+    Ok(EnvSpec { name: env.name.clone(), obs, action: env.action.clone(), time_limit: env.time_limit })
 }
 
 /// The compiled programs and the learner's state on the learner devices.
@@ -261,7 +261,13 @@ impl Sebulba {
         let cfg = self.cfg.clone();
         let threads = cfg.actor_threads;
         let per_thread = cfg.envs / threads;
-        let layout = Layout::new(cfg.rollout, per_thread, &self.spec.obs, &self.programs.behaviour);
+        let layout = Layout::new(
+            cfg.rollout,
+            per_thread,
+            &self.spec.obs,
+            &self.spec.action.array_ty(),
+            &self.programs.behaviour,
+        );
         let store = Arc::new(PolicyStore::new(start, self.policy()?));
         let stop = Arc::new(AtomicBool::new(false));
         let restarts: Vec<Arc<AtomicU64>> = (0..threads).map(|_| Arc::new(AtomicU64::new(0))).collect();

@@ -29,10 +29,10 @@ pub struct Layout {
 }
 
 impl Layout {
-    pub fn new(steps: usize, envs: usize, obs: &ArrayTy, behaviour: &[ArrayTy]) -> Layout {
+    pub fn new(steps: usize, envs: usize, obs: &ArrayTy, action: &ArrayTy, behaviour: &[ArrayTy]) -> Layout {
         let bytes = |t: &ArrayTy| t.numel() * t.dtype.size();
         let o = bytes(obs);
-        let mut elem = vec![o, 4, 4, 1, 1, o, o];
+        let mut elem = vec![o, bytes(action), 4, 1, 1, o, o];
         elem.extend(behaviour.iter().map(bytes));
         Layout { steps, envs, elem }
     }
@@ -132,6 +132,7 @@ mod tests {
         assert_eq!(shares[0][OBS], vec![0, 1, 10, 11]);
         assert_eq!(shares[1][OBS], vec![2, 3, 12, 13]);
         assert_eq!(shares[0][LAST_OBS].len(), 2);
-        let _ = Layout::new(2, 2, &ArrayTy::new(DType::F32, vec![4]), &[]);
+        let l = Layout::new(2, 2, &ArrayTy::new(DType::F32, vec![4]), &ArrayTy::new(DType::F32, vec![3]), &[]);
+        assert_eq!(l.elem, [16, 12, 4, 1, 1, 16, 16]);
     }
 }
