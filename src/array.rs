@@ -156,6 +156,22 @@ impl Array {
         }
     }
 
+    /// Replaces row `i` along the leading axis with `row`, an array of one row's shape and
+    /// this array's dtype.
+    pub fn set_row(&mut self, i: usize, row: &Array) {
+        fn put<T: Copy>(to: &mut [T], i: usize, from: &[T]) {
+            to[i * from.len()..(i + 1) * from.len()].copy_from_slice(from);
+        }
+        assert_eq!(self.shape[1..], row.shape, "set_row: a row's shape");
+        match (&mut self.data, &row.data) {
+            (Data::F32(a), Data::F32(b)) => put(a, i, b),
+            (Data::I32(a), Data::I32(b)) => put(a, i, b),
+            (Data::U32(a), Data::U32(b)) => put(a, i, b),
+            (Data::Bool(a), Data::Bool(b)) => put(a, i, b),
+            _ => panic!("set_row: the row's dtype differs"),
+        }
+    }
+
     /// Inverse of [`Array::to_bytes`]; `None` when the byte count does not fit the type.
     pub fn from_bytes(ty: &ArrayTy, bytes: &[u8]) -> Option<Array> {
         if bytes.len() != ty.numel() * ty.dtype.size() {

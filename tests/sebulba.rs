@@ -212,3 +212,30 @@ fn max_policy_lag_bounds_the_lag() {
         assert!((0.0..=2.0).contains(&lag), "{rec}");
     }
 }
+
+/// A recurrent agent's carry (tests/agents/recall.pod replays it in `update` and reports
+/// any mismatch) is kept per environment, reset where episodes end and recorded at the
+/// rollout's start by both drivers, the Sebulba actors' double-buffered halves included.
+#[test]
+fn a_recurrent_agents_carry_is_kept_by_both_drivers() {
+    let dir = tempfile::tempdir().unwrap();
+    for (arch, extra) in [("anakin", &[][..]), ("sebulba", &["--env", "pod:tests/agents/recall.pod"][..])] {
+        let out = dir.path().join(arch);
+        let o = podc(&["train", "tests/agents/recall.pod", "--arch", arch, "-q", "--envs", "4", "--rollout", "7"])
+            .args(["--updates-per-call", "2", "--total-steps", "280", "--out", out.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{arch}: {}", stderr(&o));
+        let r = records(&out);
+        assert_eq!(r.last().unwrap()["env_steps"], 280, "{arch}");
+        assert!(r.iter().map(|x| x["episodes"].as_f64().unwrap()).sum::<f64>() >= 40.0, "{arch}: episodes end");
+        for rec in &r {
+            assert_eq!(
+                (rec["carry_mismatch"].as_f64(), rec["action_mismatch"].as_f64()),
+                (Some(0.0), Some(0.0)),
+                "{arch}: {rec}"
+            );
+        }
+    }
+}

@@ -12,14 +12,21 @@
 //! - `fn update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M)`: one learning
 //!   step from a rollout of `T` steps of `B` environments, with metrics `M`, a struct of
 //!   `f32` scalars (reported by field name). With several devices each runs `update` on
-//!   its own environments; the update averages its gradients with `pmean`.
+//!   its own environments; the update averages its gradients with `pmean`;
+//! - optionally, for a policy with memory, `fn initial_carry() -> C`: each environment's
+//!   carry at the start of an episode (say a GRU's hidden state). `act` then takes the
+//!   carry after the learner and returns the next one last: `fn act(l: L, c: C, obs: OBS,
+//!   key: Key) -> (A, C)` or `-> (A, B, C)`. The driver keeps a carry per environment and
+//!   sets it back to `initial_carry()` after every step that ends an episode.
 //!
 //! Inside an agent, `Trajectory<T, B>` is the built-in record of a rollout (time-major):
 //! `obs: OBS[T, B]`, `action: A[T, B]` (`i32[T, B]`, `f32[T, B, n]`), `reward: f32[T, B]`, `terminated`,
 //! `truncated: bool[T, B]`, `final_obs: OBS[T, B]` (the observation each step ended in,
 //! before an auto-reset: what to bootstrap a truncated episode from) and
 //! `last_obs: OBS[B]` (the observation after the last step, to bootstrap from), and, when
-//! `act` returns `(A, B)`, `behaviour`: `B` with every field stacked to `[T, B, ..]`.
+//! `act` returns `(A, B)`, `behaviour`: `B` with every field stacked to `[T, B, ..]`, and,
+//! with a carry, `carry: C[B]`: the carry each environment's first `act` of the rollout
+//! was given, from which `update` replays the policy over the rollout.
 
 use super::env::EnvInfo;
 use super::{Elab, TypeSubst, Val};
@@ -47,26 +54,30 @@ pub struct AgentInfo {
     pub metrics: Ty,
     /// The struct `B` of `act -> (A, B)`, if `act` returns one.
     pub behaviour: Option<Ty>,
+    /// The carry `C` of `initial_carry() -> C`, if the agent has one.
+    pub carry: Option<Ty>,
 }
 
 impl AgentInfo {
     /// What `Trajectory<T, B>` is made for (see [`traj_key`]).
     pub(crate) fn traj_key(&self) -> Ty {
-        traj_key(&self.env, self.behaviour.as_ref())
+        traj_key(&self.env, self.behaviour.as_ref(), self.carry.as_ref())
     }
 }
 
-/// The type the built-in `Trajectory` is made for: `(observation, action)`, or with a
-/// behaviour record `(observation, action, B)`. It is what `Elab::trajectory` holds while
-/// an agent is checked.
-pub(crate) fn traj_key(env: &EnvInfo, behaviour: Option<&Ty>) -> Ty {
-    Ty::Tuple([env.observation.clone(), env.action.ty()].into_iter().chain(behaviour.cloned()).collect())
+/// The type the built-in `Trajectory` is made for: `(observation, action, (B?), (C?))`,
+/// with the behaviour record and the carry when the agent has them. It is what
+/// `Elab::trajectory` holds while an agent is checked.
+pub(crate) fn traj_key(env: &EnvInfo, behaviour: Option<&Ty>, carry: Option<&Ty>) -> Ty {
+    let maybe = |t: Option<&Ty>| Ty::Tuple(t.into_iter().cloned().collect());
+    Ty::Tuple(vec![env.observation.clone(), env.action.ty(), maybe(behaviour), maybe(carry)])
 }
 
-/// The record `B` of `act -> (A, B)`: a struct (without size parameters) of `f32` arrays.
-fn behaviour_of<'t>(ret: &'t Ty, action: &Ty) -> Option<&'t Ty> {
+/// The record `B` of `act -> (A, B)` (with a carry: `(A, B, C)`): a struct (without size
+/// parameters) of `f32` arrays.
+fn behaviour_of<'t>(ret: &'t Ty, action: &Ty, carried: bool) -> Option<&'t Ty> {
     match ret {
-        Ty::Tuple(ts) if ts.len() == 2 && ts[0] == *action => match &ts[1] {
+        Ty::Tuple(ts) if ts.len() == 2 + usize::from(carried) && ts[0] == *action => match &ts[1] {
             b @ Ty::Struct(def, args) if !Ty::struct_fields(def, args).is_empty() => Ty::struct_fields(def, args)
                 .iter()
                 .all(|(_, t)| matches!(t, Ty::Array(DType::F32, d) if d.iter().all(|d| matches!(d, Dim::Known(_)))))
@@ -77,22 +88,47 @@ fn behaviour_of<'t>(ret: &'t Ty, action: &Ty) -> Option<&'t Ty> {
     }
 }
 
+/// Whether a carry type is arrays of fixed sizes (in any tuples and structs).
+fn fixed_size(t: &Ty) -> bool {
+    t.leaves().is_some_and(|l| !l.is_empty())
+}
+
 /// An agent's functions, built for `B` environments per device and rollouts of `T` steps.
 pub struct AgentFuncs {
     pub info: AgentInfo,
     /// `(key) -> L`.
     pub init: Func,
-    /// `(L.., obs, key) -> (action, behaviour..)`.
+    /// `(L.., carry.., obs, key) -> (action, behaviour.., carry..)`.
     pub act: Func,
+    /// `() -> carry..`, for an agent with a carry.
+    pub initial_carry: Option<Func>,
     /// `(L.., obs[T, B], action, reward, terminated, truncated, final_obs[T, B], last_obs[B],
-    /// behaviour[T, B].., key) -> (L.., M..)`.
+    /// behaviour[T, B].., carry[B].., key) -> (L.., M..)`.
     pub update: Func,
 }
 
-fn signature(name: &str, learner: &str, obs: &str, action: &str) -> String {
-    match name {
-        "init" => format!("fn init(key: Key) -> {learner}"),
-        "act" => format!("fn act(l: {learner}, obs: {obs}, key: Key) -> {action}"),
+impl AgentFuncs {
+    /// How many arrays the carry has (0 without one).
+    pub fn carry_len(&self) -> usize {
+        self.initial_carry.as_ref().map_or(0, |f| f.graph.results.len())
+    }
+
+    /// How many arrays the behaviour record has (0 without one).
+    pub fn behaviour_len(&self) -> usize {
+        self.act.graph.results.len() - 1 - self.carry_len()
+    }
+}
+
+/// The functions an agent may have.
+const FUNCTIONS: [&str; 4] = ["init", "act", "update", "initial_carry"];
+
+/// The signature `name` should have; `carry` is the carry's type, if the agent has one.
+fn signature(name: &str, learner: &str, obs: &str, action: &str, carry: Option<&str>) -> String {
+    match (name, carry) {
+        ("init", _) => format!("fn init(key: Key) -> {learner}"),
+        ("act", None) => format!("fn act(l: {learner}, obs: {obs}, key: Key) -> {action}"),
+        ("act", Some(c)) => format!("fn act(l: {learner}, c: {c}, obs: {obs}, key: Key) -> ({action}, {c})"),
+        ("initial_carry", c) => format!("fn initial_carry() -> {}", c.unwrap_or("C")),
         _ => format!("fn update<T, B>(l: {learner}, traj: Trajectory<T, B>, key: Key) -> ({learner}, Metrics)"),
     }
 }
@@ -103,7 +139,11 @@ impl Elab<'_> {
     pub(super) fn trajectory_def(&self, key: &Ty) -> Rc<StructDef> {
         let (t, b) = (Dim::Param(Rc::from("T")), Dim::Param(Rc::from("B")));
         let Ty::Tuple(parts) = key else { unreachable!("a trajectory key is a tuple") };
-        let (obs, action, behaviour) = (&parts[0], &parts[1], parts.get(2));
+        let optional = |t: &Ty| match t {
+            Ty::Tuple(ts) => ts.first().cloned(),
+            _ => unreachable!("see traj_key"),
+        };
+        let (obs, action, behaviour, carry) = (&parts[0], &parts[1], optional(&parts[2]), optional(&parts[3]));
         let Ty::Array(dtype, dims) = obs else { unreachable!("checked: observations are arrays") };
         let stacked = |d: DType, lead: &[Dim]| Ty::Array(d, lead.iter().cloned().chain(dims.iter().cloned()).collect());
         let tb = [t.clone(), b.clone()];
@@ -123,6 +163,10 @@ impl Elab<'_> {
         // f32[T, B]`), as `vmap` batches structs.
         if let Some(rows) = behaviour.and_then(|r| r.batched(&b)).and_then(|r| r.batched(&t)) {
             fields.push(("behaviour".to_string(), rows));
+        }
+        // `C[B]`: each environment's carry at the start of the rollout.
+        if let Some(start) = carry.and_then(|c| c.batched(&b)) {
+            fields.push(("carry".to_string(), start));
         }
         Rc::new(StructDef {
             name: TRAJECTORY.into(),
@@ -153,17 +197,27 @@ impl Elab<'_> {
             self.err(TypeError::AgentMember { detail, span: a.env.span });
             return None;
         }
-        // `Trajectory` has a `behaviour` field when `act` returns one, so `act`'s declared
-        // result is read before any function body is checked.
-        let act_ret = a.fns.iter().find(|f| f.name.name == "act").map(|f| self.signature_types(f).1);
-        let behaviour = act_ret.as_ref().and_then(|r| behaviour_of(r, &env.action.ty())).cloned();
-        let saved = self.trajectory.replace(traj_key(&env, behaviour.as_ref()));
-        let info = self.check_agent_fns(a, env, behaviour);
+        // `Trajectory` has a `behaviour` field when `act` returns one, and a `carry` when
+        // the agent has one, so those declared types are read before any body is checked.
+        let declared =
+            |cx: &mut Self, name: &str| a.fns.iter().find(|f| f.name.name == name).map(|f| cx.signature_types(f).1);
+        let carry = declared(self, "initial_carry");
+        let act_ret = declared(self, "act");
+        let behaviour = act_ret.as_ref().and_then(|r| behaviour_of(r, &env.action.ty(), carry.is_some())).cloned();
+        let saved =
+            self.trajectory.replace(traj_key(&env, behaviour.as_ref(), carry.as_ref().filter(|c| fixed_size(c))));
+        let info = self.check_agent_fns(a, env, behaviour, carry);
         self.trajectory = saved;
         info
     }
 
-    fn check_agent_fns(&mut self, a: &ast::Agent, env: EnvInfo, behaviour: Option<Ty>) -> Option<AgentInfo> {
+    fn check_agent_fns(
+        &mut self,
+        a: &ast::Agent,
+        env: EnvInfo,
+        behaviour: Option<Ty>,
+        carry: Option<Ty>,
+    ) -> Option<AgentInfo> {
         let what = format!("agent `{}`", a.name.name);
         let mut fns: HashMap<&str, &ast::Fn> = HashMap::new();
         for f in &a.fns {
@@ -171,8 +225,9 @@ impl Elab<'_> {
             if let Some(first) = fns.insert(&f.name.name, f) {
                 self.err(TypeError::Duplicate { name: f.name.name.clone(), span: f.name.span, first: first.name.span });
             }
-            if !["init", "act", "update"].contains(&f.name.name.as_str()) {
-                let detail = "an agent has exactly the functions `init`, `act` and `update`".to_string();
+            if !FUNCTIONS.contains(&f.name.name.as_str()) {
+                let detail =
+                    "an agent has the functions `init`, `act` and `update`, and optionally `initial_carry`".to_string();
                 self.err(TypeError::AgentMember { detail, span: f.name.span });
             }
         }
@@ -181,9 +236,10 @@ impl Elab<'_> {
         let obs_s = env.observation.to_string();
         let action = env.action.ty();
         let action_s = action.to_string();
+        let carry_s = carry.as_ref().map(Ty::to_string);
         for name in ["init", "act", "update"] {
             if !fns.contains_key(name) {
-                let help = Some(signature(name, &learner_s, &obs_s, &action_s));
+                let help = Some(signature(name, &learner_s, &obs_s, &action_s, carry_s.as_deref()));
                 let (env, what) = (what.clone(), format!("`fn {name}`"));
                 self.err(TypeError::EnvMissing { env, what, span: a.name.span, help });
             }
@@ -203,7 +259,7 @@ impl Elab<'_> {
                 written.join(", "),
                 crate::syntax::print::print_type(&f.ret)
             );
-            let expected = signature(&f.name.name, &learner_s, &obs_s, &action_s);
+            let expected = signature(&f.name.name, &learner_s, &obs_s, &action_s, carry_s.as_deref());
             let (env, func) = (what.clone(), f.name.name.clone());
             cx.err(TypeError::EnvSignature { env, func, expected, found, label, span });
         };
@@ -214,23 +270,66 @@ impl Elab<'_> {
             wrong(self, init, init.name.span, "expected one parameter, a `Key`".into());
             ok = false;
         }
-        // act(l: L, obs: OBS, key: Key) -> A or (A, B)
+        // initial_carry() -> C
+        if let (Some(f), Some(c)) = (fns.get("initial_carry"), &carry) {
+            if !f.params.is_empty() || !fixed_size(c) {
+                wrong(
+                    self,
+                    f,
+                    f.name.span,
+                    "expected no parameters, giving arrays of fixed sizes (or a tuple or struct of them)".into(),
+                );
+                ok = false;
+            }
+        }
+        // act(l: L, obs: OBS, key: Key) -> A or (A, B); with a carry,
+        // act(l: L, c: C, obs: OBS, key: Key) -> (A, C) or (A, B, C)
         let (p, r) = self.signature_types(act);
-        let want = [learner.clone(), env.observation.clone(), key.clone()];
-        if p != want || (r != action && behaviour.is_none()) {
-            let (span, label) = match &r {
-                Ty::Tuple(ts) if p == want && ts.len() == 2 && ts[0] == action => {
-                    (act.ret.span, format!("the behaviour `{}` must be a struct of `f32` arrays of fixed sizes", ts[1]))
+        let want: Vec<Ty> = [Some(learner.clone()), carry.clone(), Some(env.observation.clone()), Some(key.clone())]
+            .into_iter()
+            .flatten()
+            .collect();
+        let (plain, with_behaviour, given) = match &carry_s {
+            None => (action_s.clone(), format!("({action_s}, B)"), "an observation and a key"),
+            Some(c) => {
+                (format!("({action_s}, {c})"), format!("({action_s}, B, {c})"), "the carry, an observation and a key")
+            }
+        };
+        let returns_ok = match (&carry, &r) {
+            (None, r) => *r == action || behaviour.is_some(),
+            (Some(c), Ty::Tuple(ts)) => {
+                ts[0] == action && ts.last() == Some(c) && (ts.len() == 2 || behaviour.is_some())
+            }
+            _ => false,
+        };
+        if p != want || !returns_ok {
+            let carried = usize::from(carry.is_some());
+            let behaviour_slot = match &r {
+                Ty::Tuple(ts)
+                    if ts.len() == 2 + carried
+                        && ts[0] == action
+                        && carry.as_ref().is_none_or(|c| ts.last() == Some(c)) =>
+                {
+                    ts.get(1)
+                }
+                _ => None,
+            };
+            let (span, label) = match behaviour_slot {
+                Some(b) if p == want => {
+                    (act.ret.span, format!("the behaviour `{b}` must be a struct of `f32` arrays of fixed sizes"))
                 }
                 _ if p == want => (
                     act.ret.span,
-                    format!("expected an action of env `{}`, `{action}` (or `({action}, B)`), found `{r}`", env.name),
+                    format!("expected an action of env `{}`, `{plain}` (or `{with_behaviour}`), found `{r}`", env.name),
+                ),
+                _ if carry.is_none() && p.len() == 4 => (
+                    act.name.span,
+                    "an `act` that takes a carry needs the agent to say where it starts: `fn initial_carry() -> C`"
+                        .into(),
                 ),
                 _ => (
                     act.name.span,
-                    format!(
-                        "expected the learner state, an observation and a key, giving `{action}` or `({action}, B)`"
-                    ),
+                    format!("expected the learner state, {given}, giving `{plain}` or `{with_behaviour}`"),
                 ),
             };
             wrong(self, act, span, label);
@@ -239,7 +338,7 @@ impl Elab<'_> {
         // update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M), where the
         // trajectory's sizes may also be products (`Trajectory<T, MB * 4>`) or fixed.
         let (p, r) = self.update_signature(update);
-        let traj_def = self.trajectory_def(&traj_key(&env, behaviour.as_ref()));
+        let traj_def = self.trajectory_def(&traj_key(&env, behaviour.as_ref(), carry.as_ref()));
         let metrics = match &r {
             Ty::Tuple(ts) if ts.len() == 2 && ts[0] == learner && is_metrics(&ts[1]) => Some(ts[1].clone()),
             _ => None,
@@ -251,7 +350,7 @@ impl Elab<'_> {
             ok = false;
         }
         let metrics = metrics.filter(|_| ok)?;
-        Some(AgentInfo { name: a.name.name.clone(), env, learner, metrics, behaviour })
+        Some(AgentInfo { name: a.name.name.clone(), env, learner, metrics, behaviour, carry })
     }
 
     /// `update`'s parameter and result types, its size parameters symbolic.
@@ -305,7 +404,11 @@ pub fn build_agent(prog: &Program, name: &str, envs: usize, steps: usize) -> Res
     let init = derive(prog, r, &key, fun("init"), Subst::new())?;
     let act = derive(prog, r, &key, fun("act"), Subst::new())?;
     let update = derive(prog, r, &key, fun("update"), sizes)?;
-    Ok(AgentFuncs { info, init, act, update })
+    let initial_carry = match info.carry {
+        Some(_) => Some(derive(prog, r, &key, fun("initial_carry"), Subst::new())?),
+        None => None,
+    };
+    Ok(AgentFuncs { info, init, act, initial_carry, update })
 }
 
 /// The rollout length that the agent's `update` fixes (`Trajectory<128, B>`), if it does.

@@ -10,7 +10,8 @@
 //!   over devices), and the mean of each of the agent's metrics (over updates and devices).
 //!
 //! The state is the learner, then per device: the environments' states, step counters and
-//! observations, the PRNG key, and each environment's running return and length.
+//! observations, the PRNG key, each environment's running return and length, and, for an
+//! agent with a carry, each environment's carry.
 
 use super::agent::AgentFuncs;
 use super::env::{Arg, EnvFuncs, split2};
@@ -19,7 +20,7 @@ use super::{Elab, Val};
 use crate::array::{Array, ArrayTy, DType};
 use crate::ir::build::Builder;
 use crate::ir::{Func, Var};
-use crate::prims::{Binary, BinaryOp, Convert, DynamicUpdateSlice, Prim, Reshape, Select};
+use crate::prims::{Binary, BinaryOp, Broadcast, Convert, DynamicUpdateSlice, Prim, Reshape, Select};
 use crate::resolve::Program;
 use crate::syntax::span::Span;
 use crate::transform::vmap::vmap;
@@ -76,13 +77,15 @@ pub fn anakin_programs(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape
     let names = leaf_names(&agent.info.learner, "learner")
         .into_iter()
         .chain(leaf_names(&env.info.state, "env.state"))
-        .chain(["env.t", "env.obs", "rng", "episode.return", "episode.length"].map(String::from));
-    let n = init.graph.results.len();
+        .chain(["env.t", "env.obs", "rng", "episode.return", "episode.length"].map(String::from))
+        .chain(agent.info.carry.iter().flat_map(|c| leaf_names(c, "agent.carry")));
+    let rng = init.graph.results.len() - 3 - agent.carry_len();
     for (i, (name, &v)) in names.zip(&init.graph.results).enumerate() {
-        // The order of `init`'s results: learner, env state, t, obs, key, return, length.
+        // The order of `init`'s results: learner, env state, t, obs, key, return, length,
+        // carry.
         let kind = match i {
             _ if i < learner_n => LeafKind::Shared,
-            _ if i == n - 3 => LeafKind::PerDevice,
+            _ if i == rng => LeafKind::PerDevice,
             _ => LeafKind::PerEnv,
         };
         state.push(Leaf { name, ty: init.types[v.0 as usize].clone(), kind });
@@ -142,9 +145,18 @@ fn init_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape
     let envs = cx.b.as_mut().expect("build mode").inline(&reset, &keys.vars);
     let ret = cx.call_builtin("zeros", vec![Arg::Shape(vec![shape.envs as u64])], span);
     let len = cx.convert(ret.clone(), DType::I32, span);
-    let results = [learner, envs, k_run.vars, ret.vars, len.vars].concat();
+    let carry = initial_carries(&mut cx, agent, shape.envs);
+    let results = [learner, envs, k_run.vars, ret.vars, len.vars, carry].concat();
     let params = [seed.vars, device.vars].concat();
     cx.finish_internal("anakin_init", params, results)
+}
+
+/// Every environment's `initial_carry()`, `[envs, ..]` each (nothing without a carry).
+fn initial_carries(cx: &mut Elab, agent: &AgentFuncs, envs: usize) -> Vec<Var> {
+    match &agent.initial_carry {
+        Some(f) => cx.b.as_mut().expect("build mode").inline(&vmap(f, &[], envs), &[]),
+        None => vec![],
+    }
 }
 
 fn train_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape, state: &[Leaf]) -> Func {
@@ -170,12 +182,15 @@ fn train_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shap
     let envs = carries[n_learner..n_learner + n_env + 2].to_vec(); // state, t, obs
     let rest = &carries[n_learner + n_env + 2..];
     let (key, ep_ret, ep_len) = (leaf(&cx, rest[0]), rest[1], rest[2]);
-    let sums = rest[3..6].to_vec();
-    let metric_sums = rest[6..].to_vec();
+    let (carry, rest) = rest[3..].split_at(agent.carry_len());
+    let sums = rest[..3].to_vec();
+    let metric_sums = rest[3..].to_vec();
     let (key, k_roll) = split2(&mut cx, key, span);
     let (key, k_update) = split2(&mut cx, key, span);
 
-    let rollout = rollout(&mut cx, agent, env, shape, &learner, &envs, k_roll, [ep_ret, ep_len], &sums);
+    let begin =
+        RolloutStart { learner: &learner, envs: &envs, key: k_roll, episodes: [ep_ret, ep_len], carry, sums: &sums };
+    let rollout = rollout(&mut cx, agent, env, shape, begin);
     let mut update_args = learner.clone();
     update_args.extend(&rollout.trajectory);
     update_args.extend(&k_update.vars);
@@ -184,6 +199,7 @@ fn train_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shap
     yields.extend(&rollout.envs);
     yields.push(key.vars[0]);
     yields.extend(rollout.episodes);
+    yields.extend(rollout.carry);
     yields.extend(rollout.sums);
     for (s, m) in metric_sums.iter().zip(&out[n_learner..]) {
         let (s, m) = (leaf(&cx, *s), leaf(&cx, *m));
@@ -209,36 +225,42 @@ fn train_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shap
     cx.finish_internal("anakin_train", params, results)
 }
 
+/// What a rollout starts from.
+struct RolloutStart<'a> {
+    learner: &'a [Var],
+    /// The environments' state, step counters and observations.
+    envs: &'a [Var],
+    key: Val,
+    /// Each environment's running return and length.
+    episodes: [Var; 2],
+    /// Each environment's carry (none without one).
+    carry: &'a [Var],
+    /// The per-environment episode sums.
+    sums: &'a [Var],
+}
+
 /// What one rollout leaves behind.
 struct Rollout {
     /// The environments' state, step counters and observations after the last step.
     envs: Vec<Var>,
     /// Each environment's running return and length.
     episodes: [Var; 2],
+    /// Each environment's carry after the last step.
+    carry: Vec<Var>,
     /// The per-environment episode sums, updated.
     sums: Vec<Var>,
     /// The `Trajectory<T, B>`'s arrays.
     trajectory: Vec<Var>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn rollout(
-    cx: &mut Elab,
-    agent: &AgentFuncs,
-    env: &EnvFuncs,
-    shape: Shape,
-    learner: &[Var],
-    envs: &[Var],
-    key: Val,
-    episodes: [Var; 2],
-    sums: &[Var],
-) -> Rollout {
+fn rollout(cx: &mut Elab, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape, start: RolloutStart) -> Rollout {
+    let RolloutStart { learner, envs, key, episodes, carry, sums } = start;
     let span = Span::default();
     let (n, steps) = (shape.envs, shape.steps);
-    let n_env = envs.len() - 2;
+    let (n_env, n_carry, n_behaviour) = (envs.len() - 2, carry.len(), agent.behaviour_len());
     let obs = envs[n_env + 1];
     let mut act_batched = vec![false; learner.len()];
-    act_batched.extend([true, true]);
+    act_batched.extend(vec![true; n_carry + 2]);
     let act = vmap(&agent.act, &act_batched, n);
     let step = vmap(&env.step, &vec![true; env.step.graph.params.len()], n);
     // The trajectory's buffers, [T, B, ...], written one step at a time.
@@ -258,12 +280,21 @@ fn rollout(
         buffer(cx, obs_ty.dtype, &obs_ty.shape),
     ];
     // The behaviour record's arrays, if `act` returns one: `[T, B, ..]` each.
-    for ty in &act_tys[1..] {
+    for ty in &act_tys[1..1 + n_behaviour] {
         let inner: Vec<usize> = std::iter::once(n).chain(ty.shape.iter().copied()).collect();
         buffers.push(buffer(cx, ty.dtype, &inner));
     }
-    let init: Vec<Var> =
-        envs.iter().copied().chain([key.vars[0]]).chain(episodes).chain(sums.iter().copied()).chain(buffers).collect();
+    // Where an episode ends, its environment's next carry is the initial one.
+    let fresh_carry = initial_carries(cx, agent, n);
+    let init: Vec<Var> = envs
+        .iter()
+        .copied()
+        .chain([key.vars[0]])
+        .chain(episodes)
+        .chain(carry.iter().copied())
+        .chain(sums.iter().copied())
+        .chain(buffers)
+        .collect();
     let b = cx.b.as_mut().expect("build mode");
     let t_index = b.fresh(ArrayTy::scalar(DType::I32));
     b.begin_loop();
@@ -271,14 +302,16 @@ fn rollout(
     let (state, rest) = carries.split_at(n_env + 2);
     let key = leaf(cx, rest[0]);
     let (ep_ret, ep_len) = (leaf(cx, rest[1]), leaf(cx, rest[2]));
-    let sums: Vec<Val> = rest[3..6].iter().map(|&v| leaf(cx, v)).collect();
-    let buffers = &rest[6..];
+    let (carry_now, rest) = rest[3..].split_at(n_carry);
+    let sums: Vec<Val> = rest[..3].iter().map(|&v| leaf(cx, v)).collect();
+    let buffers = &rest[3..];
 
     let (key, k_act) = split2(cx, key, span);
     let (key, k_step) = split2(cx, key, span);
     let act_keys = cx.call_builtin("split", vec![Arg::Val(k_act), Arg::Int(n as u64)], span);
     let obs = state[n_env + 1];
     let mut act_args = learner.to_vec();
+    act_args.extend(carry_now);
     act_args.push(obs);
     act_args.extend(&act_keys.vars);
     let acted = cx.b.as_mut().expect("build mode").inline(&act, &act_args);
@@ -311,30 +344,46 @@ fn rollout(
     }
     let ep_ret = select(cx, &done, &zeros_f, &ep_ret);
     let ep_len = select(cx, &done, &zeros_i, &ep_len);
+    let mut next_carry = vec![];
+    for (&fresh, &c) in fresh_carry.iter().zip(&acted[1 + n_behaviour..]) {
+        let (fresh, c) = (leaf(cx, fresh), leaf(cx, c));
+        let ty = cx.b.as_ref().expect("build mode").ty(c.vars[0]).clone();
+        let done = cx.apply(Prim::Broadcast(Broadcast { shape: ty.shape, dims: vec![0] }), &[&done]);
+        next_carry.push(select(cx, &done, &fresh, &c).vars[0]);
+    }
 
     // Record the step: the observation acted on, the action, and what came of it.
     let mut written = vec![];
-    let rows = [obs, action, reward, terminated, truncated, final_obs].into_iter().chain(acted[1..].iter().copied());
+    let rows = [obs, action, reward, terminated, truncated, final_obs]
+        .into_iter()
+        .chain(acted[1..1 + n_behaviour].iter().copied());
     for (&buf, x) in buffers.iter().zip(rows) {
         written.push(write_row(cx, buf, x, t_index));
     }
     let mut yields = outs[..n_env + 2].to_vec();
     yields.push(key.vars[0]);
     yields.extend([ep_ret.vars[0], ep_len.vars[0]]);
+    yields.extend(next_carry);
     yields.extend(new_sums);
     yields.extend(written);
     let loop_params = std::iter::once(t_index).chain(carries.iter().copied()).collect();
     let b = cx.b.as_mut().expect("build mode");
     let finals = b.end_loop(0, steps as i64, &init, loop_params, yields);
-    let envs_out = finals[..n_env + 2].to_vec();
-    // The trajectory's fields in order: obs .. final_obs, last_obs, then the behaviour's.
-    let mut trajectory = finals[n_env + 2 + 6..n_env + 2 + 12].to_vec();
+    // finals: envs, key, return, length, carry, sums, buffers.
+    let (envs_out, rest) = finals.split_at(n_env + 2);
+    let (carry_out, rest) = rest[3..].split_at(n_carry);
+    let (sums_out, buffers_out) = rest.split_at(3);
+    // The trajectory's fields in order: obs .. final_obs, last_obs, the behaviour's, and
+    // the carry the rollout started from.
+    let mut trajectory = buffers_out[..6].to_vec();
     trajectory.push(envs_out[n_env + 1]);
-    trajectory.extend(&finals[n_env + 2 + 12..]);
+    trajectory.extend(&buffers_out[6..]);
+    trajectory.extend(carry);
     Rollout {
         episodes: [finals[n_env + 3], finals[n_env + 4]],
-        sums: finals[n_env + 5..n_env + 8].to_vec(),
-        envs: envs_out,
+        carry: carry_out.to_vec(),
+        sums: sums_out.to_vec(),
+        envs: envs_out.to_vec(),
         trajectory,
     }
 }

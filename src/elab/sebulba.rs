@@ -1,8 +1,9 @@
 //! The Sebulba programs: an agent split into an actor and a learner, for environments
 //! stepped on the host (`train::sebulba` drives them).
 //!
-//! - `act(key, policy.., obs[B, ..]) -> (key, action[B], behaviour[B, ..]..)`: the agent's
-//!   `act` batched over one actor thread's environments. It takes only the learner leaves
+//! - `act(key, policy.., carry[B, ..].., obs[B, ..]) -> (key, action[B], behaviour[B, ..]..,
+//!   carry[B, ..]..)`: the agent's `act` batched over one actor thread's environments (the
+//!   carry only for an agent with one; the actor resets it where episodes end). It takes only the learner leaves
 //!   that `act` reads (found by dependency: for an agent whose learner is
 //!   `{ params, opt }` and whose `act` reads `params.actor`, just those), so the learner
 //!   sends the actors the policy, not the optimiser state.
@@ -14,8 +15,9 @@ use super::agent::AgentFuncs;
 use super::env::{Arg, split2};
 use super::ops::array_ty;
 use super::{Elab, Val};
-use crate::array::{ArrayTy, DType};
+use crate::array::{Array, ArrayTy, DType};
 use crate::ir::build::Builder;
+use crate::ir::eval::eval_func;
 use crate::ir::{Func, Var};
 use crate::resolve::Program;
 use crate::syntax::span::Span;
@@ -24,7 +26,8 @@ use crate::types::Ty;
 use std::collections::{HashMap, HashSet};
 
 pub struct SebulbaPrograms {
-    /// `(key, policy.., obs) -> (key, action, behaviour..)`, for `envs` environments.
+    /// `(key, policy.., carry.., obs) -> (key, action, behaviour.., carry..)`, for `envs`
+    /// environments.
     pub act: Func,
     /// Indices into the learner's leaves of the ones `act` takes, in order.
     pub policy: Vec<usize>,
@@ -32,8 +35,11 @@ pub struct SebulbaPrograms {
     pub learn: Func,
     /// The learner's leaves (as `init` returns them).
     pub learner: Vec<ArrayTy>,
-    /// The behaviour record's arrays for one environment (empty when `act` returns `i32`).
+    /// The behaviour record's arrays for one environment (empty when `act` returns none).
     pub behaviour: Vec<ArrayTy>,
+    /// The carry's arrays at the start of an episode, for one environment (empty without
+    /// a carry).
+    pub initial_carry: Vec<Array>,
     /// The names of the agent's metrics, which `learn` returns after the key.
     pub metrics: Vec<String>,
 }
@@ -48,7 +54,8 @@ pub fn sebulba_programs(prog: &Program, agent: &AgentFuncs, envs: usize) -> Sebu
         policy,
         learn: learn_program(prog, agent),
         learner,
-        behaviour: agent.act.result_types()[1..].to_vec(),
+        behaviour: agent.act.result_types()[1..1 + agent.behaviour_len()].to_vec(),
+        initial_carry: agent.initial_carry.as_ref().map_or(vec![], |f| eval_func(f, &[])),
         metrics: match &agent.info.metrics {
             Ty::Struct(def, args) => Ty::struct_fields(def, args).into_iter().map(|(n, _)| n).collect(),
             _ => vec![],
@@ -71,20 +78,23 @@ fn act_program(prog: &Program, agent: &AgentFuncs, envs: usize) -> (Func, Vec<us
     let n_learner = agent.init.graph.results.len();
     let key = fresh(&mut cx, ArrayTy::new(DType::U32, vec![2]));
     let learner: Vec<Var> = agent.init.result_types().into_iter().map(|t| fresh(&mut cx, t)).collect();
-    let obs_ty = agent.act.ty(agent.act.graph.params[n_learner]).clone();
-    let batched_obs = ArrayTy::new(obs_ty.dtype, std::iter::once(envs).chain(obs_ty.shape).collect());
-    let obs = fresh(&mut cx, batched_obs);
+    let batched = |t: &ArrayTy| ArrayTy::new(t.dtype, std::iter::once(envs).chain(t.shape.iter().copied()).collect());
+    let carry_tys = &agent.act.param_types()[n_learner..n_learner + agent.carry_len()];
+    let carry: Vec<Var> = carry_tys.iter().map(|t| fresh(&mut cx, batched(t))).collect();
+    let obs_ty = agent.act.ty(agent.act.graph.params[n_learner + carry.len()]).clone();
+    let obs = fresh(&mut cx, batched(&obs_ty));
     let k = leaf(&cx, key);
     let (key_out, k_act) = split2(&mut cx, k, span);
     let keys = cx.call_builtin("split", vec![Arg::Val(k_act), Arg::Int(envs as u64)], span);
-    let mut batched = vec![false; n_learner];
-    batched.extend([true, true]);
-    let act = vmap(&agent.act, &batched, envs);
+    let mut flags = vec![false; n_learner];
+    flags.extend(vec![true; carry.len() + 2]);
+    let act = vmap(&agent.act, &flags, envs);
     let mut args = learner.clone();
+    args.extend(&carry);
     args.push(obs);
     args.extend(&keys.vars);
     let outs = cx.b.as_mut().expect("build mode").inline(&act, &args);
-    let params: Vec<Var> = [vec![key], learner.clone(), vec![obs]].concat();
+    let params: Vec<Var> = [vec![key], learner.clone(), carry, vec![obs]].concat();
     let results: Vec<Var> = key_out.vars.into_iter().chain(outs).collect();
     let mut f = cx.finish_internal("sebulba_act", params, results);
     // Keep only the learner leaves that the (dead-code-eliminated) program reads.

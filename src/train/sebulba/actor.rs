@@ -4,7 +4,7 @@
 
 use super::policy::{PolicyStore, Want};
 use super::rollout::{self, Layout, Rollout};
-use crate::array::Array;
+use crate::array::{Array, ArrayTy};
 use crate::host::{self, EnvSpec, HostEnv, StepOut};
 use crate::runtime::{Buffer, Client, Executable};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,7 +19,8 @@ pub struct Actor {
     pub buffers: usize,
     pub device: usize,
     pub client: Client,
-    /// `(key, policy.., obs) -> (key, action, behaviour..)` for half a batch, on `device`.
+    /// `(key, policy.., carry.., obs) -> (key, action, behaviour.., carry..)` for half a
+    /// batch, on `device`.
     pub act: Arc<Executable>,
     pub uri: String,
     /// Options of one batch (its `num_envs` is the thread's, or half of it).
@@ -30,6 +31,8 @@ pub struct Actor {
     /// The agent's env, which the host env must match.
     pub expected: EnvSpec,
     pub layout: Layout,
+    /// One environment's carry at the start of an episode (empty without a carry).
+    pub initial_carry: Vec<Array>,
     pub policy: Arc<PolicyStore>,
     /// `None`: exactly one version behind; `Some(n)`: the newest, at most `n` behind.
     pub max_lag: Option<u64>,
@@ -49,6 +52,8 @@ struct Half {
     env0: usize,
     ret: Vec<f64>,
     len: Vec<u64>,
+    /// Each environment's carry: `[envs, ..]` per array of the carry.
+    carry: Vec<Array>,
 }
 
 impl Actor {
@@ -78,7 +83,8 @@ impl Actor {
             }
             let mut out = StepOut::new(env.spec(), n);
             env.reset(self.env_seed + (h * n) as u64, &mut out).map_err(|e| e.to_string())?;
-            halves.push(Half { env, out, env0: h * n, ret: vec![0.0; n], len: vec![0; n] });
+            let carry = self.initial_carry.iter().map(|c| stacked(c, n)).collect();
+            halves.push(Half { env, out, env0: h * n, ret: vec![0.0; n], len: vec![0; n], carry });
         }
         Ok(halves)
     }
@@ -150,22 +156,31 @@ impl Actor {
         roll: &mut Rollout,
         t: usize,
     ) -> Result<(), String> {
+        let l = &self.layout;
+        if t == 0 {
+            for (i, c) in h.carry.iter().enumerate() {
+                roll.write(l, l.carry + i, 0, h.env0, &c.to_bytes());
+            }
+        }
         let obs = h.out.obs_array(h.env.spec()).map_err(|e| e.to_string())?;
-        let obs = self.client.upload(&obs, self.device).map_err(|e| e.to_string())?;
+        let upload = |a: &Array| self.client.upload(a, self.device).map_err(|e| e.to_string());
+        let carry = h.carry.iter().map(upload).collect::<Result<Vec<_>, _>>()?;
+        let obs = upload(&obs)?;
         let mut args: Vec<&Buffer> = vec![key];
         args.extend(params);
+        args.extend(&carry);
         args.push(&obs);
         let mut outs = self.act.execute(&args).map_err(|e| e.to_string())?.into_iter();
         *key = outs.next().ok_or("the actor program returned no key")?;
-        let action =
-            outs.next().ok_or("the actor program returned no action")?.download().map_err(|e| e.to_string())?;
-        let l = &self.layout;
+        let mut outs = outs.map(|b| b.download().map_err(|e| e.to_string()));
+        let action = outs.next().ok_or("the actor program returned no action")??;
         roll.write(l, rollout::OBS, t, h.env0, &h.out.obs);
         roll.write(l, rollout::ACTION, t, h.env0, &action.to_bytes());
-        for (i, b) in outs.enumerate() {
-            let b = b.download().map_err(|e| e.to_string())?;
-            roll.write(l, rollout::BEHAVIOUR + i, t, h.env0, &b.to_bytes());
+        for field in rollout::BEHAVIOUR..l.carry {
+            let b = outs.next().ok_or("the actor program returned too few arrays")??;
+            roll.write(l, field, t, h.env0, &b.to_bytes());
         }
+        h.carry = outs.collect::<Result<_, _>>()?;
         h.env.send(&action).map_err(|e| e.to_string())
     }
 
@@ -182,6 +197,9 @@ impl Actor {
             h.ret[i] += o.reward[i] as f64;
             h.len[i] += 1;
             if o.done(i) {
+                for (c, fresh) in h.carry.iter_mut().zip(&self.initial_carry) {
+                    c.set_row(i, fresh);
+                }
                 roll.episodes.return_sum += h.ret[i];
                 roll.episodes.length_sum += h.len[i] as f64;
                 roll.episodes.count += 1;
@@ -191,6 +209,14 @@ impl Actor {
         }
         Ok(())
     }
+}
+
+/// `n` copies of `a` along a new leading axis.
+fn stacked(a: &Array, n: usize) -> Array {
+    let bytes = a.to_bytes().repeat(n);
+    let ty = a.ty();
+    let ty = ArrayTy::new(ty.dtype, std::iter::once(n).chain(ty.shape).collect());
+    Array::from_bytes(&ty, &bytes).expect("n rows of a's size")
 }
 
 fn limit(t: Option<u64>) -> String {

@@ -30,7 +30,7 @@ use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable};
 use crate::train::anakin::{Report, join_parts, saved_ty, split_parts};
 use policy::PolicyStore;
-use rollout::{Episodes, Layout, Rollout};
+use rollout::{Entries, Episodes, Layout, Rollout};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::sync::{Arc, Mutex};
@@ -261,13 +261,11 @@ impl Sebulba {
         let cfg = self.cfg.clone();
         let threads = cfg.actor_threads;
         let per_thread = cfg.envs / threads;
-        let layout = Layout::new(
-            cfg.rollout,
-            per_thread,
-            &self.spec.obs,
-            &self.spec.action.array_ty(),
-            &self.programs.behaviour,
-        );
+        let carry: Vec<ArrayTy> = self.programs.initial_carry.iter().map(Array::ty).collect();
+        let action = self.spec.action.array_ty();
+        let entries =
+            Entries { obs: &self.spec.obs, action: &action, behaviour: &self.programs.behaviour, carry: &carry };
+        let layout = Layout::new(cfg.rollout, per_thread, entries);
         let store = Arc::new(PolicyStore::new(start, self.policy()?));
         let stop = Arc::new(AtomicBool::new(false));
         let restarts: Vec<Arc<AtomicU64>> = (0..threads).map(|_| Arc::new(AtomicU64::new(0))).collect();
@@ -295,6 +293,7 @@ impl Sebulba {
                     key: actor_keys[k].clone(),
                     expected: self.spec.clone(),
                     layout: layout.clone(),
+                    initial_carry: self.programs.initial_carry.clone(),
                     policy: store.clone(),
                     max_lag: cfg.max_policy_lag,
                     start_version: start,

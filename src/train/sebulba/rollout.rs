@@ -8,7 +8,7 @@
 use crate::array::ArrayTy;
 
 /// The trajectory's fields, in `Trajectory`'s order: obs, action, reward, terminated,
-/// truncated, final_obs, last_obs, then the behaviour record's arrays.
+/// truncated, final_obs, last_obs, then the behaviour record's arrays and the carry's.
 pub const OBS: usize = 0;
 pub const ACTION: usize = 1;
 pub const REWARD: usize = 2;
@@ -26,20 +26,32 @@ pub struct Layout {
     pub envs: usize,
     /// Bytes of one environment's entry in each field.
     pub elem: Vec<usize>,
+    /// The first of the carry's fields (one row each: the carry at the rollout's start).
+    pub carry: usize,
+}
+
+/// The per-environment arrays of a trajectory: what one environment's entry is made of.
+pub struct Entries<'a> {
+    pub obs: &'a ArrayTy,
+    pub action: &'a ArrayTy,
+    pub behaviour: &'a [ArrayTy],
+    pub carry: &'a [ArrayTy],
 }
 
 impl Layout {
-    pub fn new(steps: usize, envs: usize, obs: &ArrayTy, action: &ArrayTy, behaviour: &[ArrayTy]) -> Layout {
+    pub fn new(steps: usize, envs: usize, e: Entries) -> Layout {
         let bytes = |t: &ArrayTy| t.numel() * t.dtype.size();
-        let o = bytes(obs);
-        let mut elem = vec![o, bytes(action), 4, 1, 1, o, o];
-        elem.extend(behaviour.iter().map(bytes));
-        Layout { steps, envs, elem }
+        let o = bytes(e.obs);
+        let mut elem = vec![o, bytes(e.action), 4, 1, 1, o, o];
+        elem.extend(e.behaviour.iter().map(bytes));
+        let carry = elem.len();
+        elem.extend(e.carry.iter().map(bytes));
+        Layout { steps, envs, elem, carry }
     }
 
-    /// Rows of a field: `T`, or one for `last_obs`.
+    /// Rows of a field: `T`, or one for `last_obs` and the carry.
     fn rows(&self, field: usize) -> usize {
-        if field == LAST_OBS { 1 } else { self.steps }
+        if field == LAST_OBS || field >= self.carry { 1 } else { self.steps }
     }
 }
 
@@ -119,7 +131,7 @@ mod tests {
     #[test]
     fn assemble_joins_threads_and_splits_devices() {
         // Two threads of 2 envs, 2 steps, one-byte entries: env columns 0,1 | 2,3.
-        let layout = Layout { steps: 2, envs: 2, elem: vec![1; 7] };
+        let layout = Layout { steps: 2, envs: 2, elem: vec![1; 8], carry: 7 };
         let mut parts = vec![Rollout::new(&layout), Rollout::new(&layout)];
         for (k, p) in parts.iter_mut().enumerate() {
             for t in 0..2 {
@@ -132,7 +144,11 @@ mod tests {
         assert_eq!(shares[0][OBS], vec![0, 1, 10, 11]);
         assert_eq!(shares[1][OBS], vec![2, 3, 12, 13]);
         assert_eq!(shares[0][LAST_OBS].len(), 2);
-        let l = Layout::new(2, 2, &ArrayTy::new(DType::F32, vec![4]), &ArrayTy::new(DType::F32, vec![3]), &[]);
-        assert_eq!(l.elem, [16, 12, 4, 1, 1, 16, 16]);
+        assert_eq!(shares[0][7].len(), 2, "one row of carry");
+        let (f4, f3, i2) =
+            (ArrayTy::new(DType::F32, vec![4]), ArrayTy::new(DType::F32, vec![3]), ArrayTy::new(DType::I32, vec![2]));
+        let l = Layout::new(2, 2, Entries { obs: &f4, action: &f3, behaviour: &[], carry: &[f4.clone(), i2] });
+        assert_eq!(l.elem, [16, 12, 4, 1, 1, 16, 16, 16, 8]);
+        assert_eq!((l.rows(6), l.rows(7), l.rows(8), l.rows(5)), (1, 1, 1, 2));
     }
 }
