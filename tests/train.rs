@@ -325,27 +325,52 @@ fn final_return(records: &[metrics::Record]) -> f64 {
     sum / episodes
 }
 
-/// The example agent, trained as its header says, from the release binary (a debug build
-/// trains about ten times slower).
-#[test]
-fn catch_a2c_learns_catch_in_release() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let out: PathBuf = dir.path().join("catch");
+/// `podc train ARGS --out DIR` from the release binary (a debug build trains about ten
+/// times slower); the run's records.
+fn release_train(out: &Path, args: &[&str]) -> Vec<metrics::Record> {
     let o = Command::new(env!("CARGO"))
-        .args(["run", "--release", "--quiet", "--bin", "podc", "--"])
-        .args(["train", "examples/catch_a2c.pod", "--total-steps", "500000", "--seed", "0", "-q", "--out"])
-        .arg(&out)
+        .args(["run", "--release", "--quiet", "--bin", "podc", "--", "train"])
+        .args(args)
+        .args(["-q", "--out"])
+        .arg(out)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo starts");
     assert!(o.status.success(), "the release run failed: {}", stderr(&o));
-    let records = metrics::read(&out).expect("metrics.jsonl");
-    let ret = final_return(&records);
+    metrics::read(out).expect("metrics.jsonl")
+}
+
+/// The last records of a run, for a failure message.
+fn curve_tail(records: &[metrics::Record]) -> String {
     let tail: Vec<String> = records[records.len().saturating_sub(10)..]
         .iter()
         .map(|r| format!("{:>7} steps: return {} over {} episodes", r["env_steps"], r["episode_return"], r["episodes"]))
         .collect();
-    assert!(ret >= 0.9, "A2C did not learn Catch: final mean return {ret:.3}; the curve ends\n{}", tail.join("\n"));
+    tail.join("\n")
+}
+
+/// The example agent, trained as its header says.
+#[test]
+fn catch_a2c_learns_catch_in_release() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out: PathBuf = dir.path().join("catch");
+    let records = release_train(&out, &["examples/catch_a2c.pod", "--total-steps", "500000", "--seed", "0"]);
+    let ret = final_return(&records);
+    assert!(ret >= 0.9, "A2C did not learn Catch: final mean return {ret:.3}; the curve ends\n{}", curve_tail(&records));
     let png = fs::read(out.join("curve.png")).expect("curve.png");
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "curve.png is not a PNG");
+}
+
+/// MemoryChain asks at the end of an episode for a bit shown at its start: the recurrent
+/// PPO agent learns to answer (the optimal return is 1), the same network with its
+/// memory wiped every step stays at chance (0).
+#[test]
+fn recurrent_ppo_remembers_and_feed_forward_ppo_cannot_in_release() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (agent, ok) in [("RecurrentPPO", 0.9..=1.0), ("FeedForwardPPO", -0.2..=0.2)] {
+        let args = ["examples/memory_ppo.pod", "--agent", agent, "--total-steps", "200000", "--seed", "0"];
+        let records = release_train(&dir.path().join(agent), &args);
+        let ret = final_return(&records);
+        assert!(ok.contains(&ret), "{agent}: final mean return {ret:.3}; the curve ends\n{}", curve_tail(&records));
+    }
 }
