@@ -3,9 +3,10 @@
 use crate::array::Array;
 use crate::diag::Diag;
 use crate::ir::Func;
+use crate::overrides::Override;
 use crate::resolve::{self, Program};
 use crate::types::Ty;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// An entry point, compiled to IR.
 pub struct Entry {
@@ -15,15 +16,35 @@ pub struct Entry {
     pub ret: Ty,
 }
 
+/// How a root file is loaded: where its modules are found, and which of its consts this
+/// run overrides.
+#[derive(Clone, Debug, Default)]
+pub struct LoadOptions {
+    /// Directories to look for `use`d modules in after the root file's (`--lib`, `PODC_PATH`).
+    pub lib: Vec<PathBuf>,
+    /// `--set NAME=VALUE`: values for consts of the root file.
+    pub overrides: Vec<Override>,
+}
+
 /// Loads and checks a program from a file. `Err` only when the root file cannot be read.
 pub fn check_file(path: &Path) -> Result<(Program, Vec<Diag>), String> {
-    let (prog, diags) = resolve::load_file(path)?;
+    check_file_with(path, &LoadOptions::default())
+}
+
+/// [`check_file`] with library directories and overrides. `Err` also when an override
+/// names no const of the root file.
+pub fn check_file_with(path: &Path, opts: &LoadOptions) -> Result<(Program, Vec<Diag>), String> {
+    let (mut prog, diags) = resolve::load_file(path, &opts.lib)?;
+    if !prog.syntax_errors {
+        crate::overrides::check_names(&prog, &opts.overrides)?;
+    }
+    prog.overrides = opts.overrides.clone();
     Ok(check(prog, diags))
 }
 
 /// Loads and checks a program from source text (user modules are looked up in `dir`).
 pub fn check_source(name: &str, src: &str, dir: Option<&Path>) -> (Program, Vec<Diag>) {
-    let (prog, diags) = resolve::load_source(name, src, dir.map(Path::to_path_buf));
+    let (prog, diags) = resolve::load_source(name, src, dir.map(Path::to_path_buf).into_iter().collect());
     check(prog, diags)
 }
 

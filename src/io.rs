@@ -51,6 +51,11 @@ fn read(t: &Ty, v: &Value, at: &str, out: &mut Vec<Array>) -> Result<(), String>
     Ok(())
 }
 
+/// Reads one array of type `ty` (`--set NAME=VALUE`).
+pub fn read_value(ty: &ArrayTy, v: &Value) -> Result<Array, String> {
+    read_array(ty, v, "the value")
+}
+
 fn read_array(ty: &ArrayTy, v: &Value, at: &str) -> Result<Array, String> {
     let mut flat = vec![];
     flatten(v, &ty.shape, at, &mut flat)?;

@@ -25,6 +25,7 @@ pub mod host;
 pub mod io;
 pub mod ir;
 pub mod lower;
+pub mod overrides;
 pub mod prims;
 pub mod resolve;
 pub mod runtime;

@@ -2,9 +2,12 @@
 //! and each module's table of visible items.
 //!
 //! `use std::x::{..}` reads the standard library, which is compiled into `podc`;
-//! `use a::b::{..}` reads `a/b.pod` next to the root file, as a crate root does in Rust.
+//! `use a::b::{..}` reads `a/b.pod` next to the root file, as a crate root does in Rust,
+//! else from the first library directory that has it (`podc --lib DIR`, `PODC_PATH`), so
+//! that a user's envs can live outside the agent's folder.
 
 use crate::diag::{Diag, SourceMap};
+use crate::overrides::Override;
 use crate::syntax::{self, ast};
 use crate::types::error::TypeError;
 use std::collections::{HashMap, HashSet};
@@ -43,11 +46,19 @@ pub struct Program {
     /// Whether any module failed to parse. Recovery drops what it skipped, so checking
     /// such a module would report errors that are only echoes of the syntax error.
     pub syntax_errors: bool,
+    /// This run's values for consts of the root module (`--set`), by name.
+    pub overrides: Vec<Override>,
 }
 
 impl Program {
     pub fn item(&self, r: ItemRef) -> &ast::Item {
         &self.modules[r.module].ast.items[r.index]
+    }
+
+    /// The override of a const, if `r` is one of the root module's consts and is overridden.
+    pub fn override_of(&self, r: ItemRef) -> Option<&Override> {
+        let ast::Item::Const(c) = self.item(r) else { return None };
+        (r.module == 0).then(|| self.overrides.iter().find(|o| o.name == c.name.name)).flatten()
     }
 
     /// The root module's function called `name`.
@@ -67,27 +78,30 @@ pub fn item_name(item: &ast::Item) -> &ast::Ident {
     }
 }
 
-/// Loads a program from its root file. IO errors on the root file are returned as `Err`;
-/// everything else becomes diagnostics.
-pub fn load_file(path: &Path) -> Result<(Program, Vec<Diag>), String> {
+/// Loads a program from its root file, looking for user modules next to it and then in
+/// each of `lib`, in order. IO errors on the root file are returned as `Err`; everything
+/// else becomes diagnostics.
+pub fn load_file(path: &Path, lib: &[PathBuf]) -> Result<(Program, Vec<Diag>), String> {
     let src = std::fs::read_to_string(path).map_err(|e| format!("cannot read `{}`: {e}", path.display()))?;
     let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    Ok(load_source(&path.display().to_string(), &src, Some(dir)))
+    let search = std::iter::once(dir).chain(lib.iter().cloned()).collect();
+    Ok(load_source(&path.display().to_string(), &src, search))
 }
 
-/// Loads a program from source text; `root_dir` is where user modules are looked up.
-pub fn load_source(name: &str, src: &str, root_dir: Option<PathBuf>) -> (Program, Vec<Diag>) {
+/// Loads a program from source text; user modules are looked up in each of `search`, in
+/// order (none: only the standard library).
+pub fn load_source(name: &str, src: &str, search: Vec<PathBuf>) -> (Program, Vec<Diag>) {
     let mut l = Loader {
         map: SourceMap::default(),
         modules: vec![],
         by_path: HashMap::new(),
         diags: vec![],
         syntax_errors: false,
-        root_dir,
+        search,
     };
     l.add_module(name.to_string(), name.to_string(), src.to_string());
     l.resolve_imports();
-    (Program { map: l.map, modules: l.modules, syntax_errors: l.syntax_errors }, l.diags)
+    (Program { map: l.map, modules: l.modules, syntax_errors: l.syntax_errors, overrides: vec![] }, l.diags)
 }
 
 struct Loader {
@@ -96,7 +110,8 @@ struct Loader {
     by_path: HashMap<String, usize>,
     diags: Vec<Diag>,
     syntax_errors: bool,
-    root_dir: Option<PathBuf>,
+    /// Where user modules are looked for: the root file's directory, then libraries.
+    search: Vec<PathBuf>,
 }
 
 impl Loader {
@@ -147,21 +162,23 @@ impl Loader {
                 }
             };
         }
-        let mut file = self.root_dir.clone().unwrap_or_default();
+        let mut relative = PathBuf::new();
         for seg in &name {
-            file.push(seg);
+            relative.push(seg);
         }
-        file.set_extension("pod");
-        match std::fs::read_to_string(&file) {
-            Ok(src) => Some(self.add_module(key, file.display().to_string(), src)),
-            Err(_) => {
-                self.diags.push(
-                    TypeError::UnknownModule { path: key, span, looked_in: format!("`{}`", file.display()) }
-                        .into_diag(),
-                );
-                None
+        relative.set_extension("pod");
+        let candidates: Vec<PathBuf> = self.search.iter().map(|dir| dir.join(&relative)).collect();
+        for file in &candidates {
+            if let Ok(src) = std::fs::read_to_string(file) {
+                return Some(self.add_module(key, file.display().to_string(), src));
             }
         }
+        let looked_in = match &candidates[..] {
+            [] => "no directory: only `std::` modules can be used here".to_string(),
+            _ => candidates.iter().map(|f| format!("`{}`", f.display())).collect::<Vec<_>>().join(", "),
+        };
+        self.diags.push(TypeError::UnknownModule { path: key, span, looked_in }.into_diag());
+        None
     }
 
     /// Resolves every module's `use` declarations, loading modules as they are named.

@@ -2,7 +2,7 @@
 
 use crate::array::Array;
 use crate::diag::{SourceMap, emit_stderr};
-use crate::driver::{self, Entry};
+use crate::driver::{self, Entry, LoadOptions};
 use crate::resolve::Program;
 use crate::runtime::{Client, Runtime};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -29,6 +29,8 @@ enum Command {
     Check {
         #[arg(required = true)]
         files: Vec<PathBuf>,
+        #[command(flatten)]
+        source: SourceArgs,
     },
     /// Show a compilation stage of one entry point.
     Build {
@@ -42,6 +44,8 @@ enum Command {
         /// Write to this file instead of stdout.
         #[arg(short, long)]
         output: Option<PathBuf>,
+        #[command(flatten)]
+        source: SourceArgs,
     },
     /// Compile an entry point and run it on the device through PJRT.
     Run(RunArgs),
@@ -65,6 +69,8 @@ enum Command {
         /// How many steps (default: one per action, or 10).
         #[arg(long)]
         steps: Option<usize>,
+        #[command(flatten)]
+        source: SourceArgs,
     },
     /// Train an agent with the Anakin driver: acting, env steps and learning in one
     /// program per `--updates-per-call` updates, replicated over `--devices`. With
@@ -91,6 +97,8 @@ enum Command {
         /// No progress bar or summary.
         #[arg(long, short)]
         quiet: bool,
+        #[command(flatten)]
+        source: SourceArgs,
         #[command(flatten)]
         sebulba: train::SebulbaFlags,
     },
@@ -139,6 +147,8 @@ enum Bench {
         env_workers: usize,
         #[command(flatten)]
         host: HostArgs,
+        #[command(flatten)]
+        source: SourceArgs,
     },
     /// Compile time and env steps per second of Anakin training (learning included):
     /// the median of several calls after a warm-up.
@@ -153,6 +163,8 @@ enum Bench {
         /// "updates_per_call", "devices"}` (Sebulba adds its idle fractions).
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        source: SourceArgs,
         #[command(flatten)]
         sebulba: train::SebulbaFlags,
     },
@@ -181,6 +193,32 @@ struct HostArgs {
     /// Gymnasium envs): a dotted name (found from the working directory) or a `.py` file.
     #[arg(long = "env-import", value_name = "MODULE")]
     env_import: Vec<String>,
+}
+
+/// Where a file's modules are found, and which of its consts this run overrides.
+#[derive(clap::Args)]
+struct SourceArgs {
+    /// Also look for `use`d modules in DIR, after the root file's directory (repeatable;
+    /// then the directories of `PODC_PATH`, colon-separated).
+    #[arg(long, value_name = "DIR")]
+    lib: Vec<PathBuf>,
+    /// Override a top-level `const` of the root file for this run, e.g. `--set LR=0.001`:
+    /// a JSON value of the const's type (repeatable).
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    set: Vec<String>,
+}
+
+/// Environment variable with more directories to look for modules in (after `--lib`).
+pub const PATH_ENV: &str = "PODC_PATH";
+
+impl SourceArgs {
+    fn options(&self) -> Result<LoadOptions, Failure> {
+        let mut lib = self.lib.clone();
+        if let Some(path) = std::env::var_os(PATH_ENV) {
+            lib.extend(std::env::split_paths(&path).filter(|p| !p.as_os_str().is_empty()));
+        }
+        Ok(LoadOptions { lib, overrides: crate::overrides::parse_all(&self.set)? })
+    }
 }
 
 /// The sizes of an Anakin run.
@@ -240,6 +278,8 @@ struct RunArgs {
     /// Print exactly one JSON object: `{"entry", "outputs": [{"dtype", "shape", "data"}]}`.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    source: SourceArgs,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -251,41 +291,49 @@ enum Emit {
 
 /// Runs `podc` with parsed arguments.
 pub fn main(cli: Cli) -> ExitCode {
+    let plugin = cli.plugin.as_deref();
     let result = match cli.command {
-        Command::Check { files } => check(&files),
-        Command::Build { file, emit, entry, output } => build(&file, emit, &entry, output.as_deref()),
-        Command::Run(a) => run(&a, Some(cli.plugin.as_deref())),
+        Command::Check { files, source } => source.options().and_then(|o| check(&files, &o)),
+        Command::Build { file, emit, entry, output, source } => {
+            source.options().and_then(|o| build(&file, &o, emit, &entry, output.as_deref()))
+        }
+        Command::Run(a) => run(&a, Some(plugin)),
         Command::Eval(a) => run(&a, None),
-        Command::Sim { file, env, seed, state, actions, steps } => env::sim(
-            env::SimArgs {
+        Command::Sim { file, env, seed, state, actions, steps, source } => source.options().and_then(|o| {
+            let args = env::SimArgs {
                 file: &file,
+                source: &o,
                 env: env.as_deref(),
                 seed,
                 state: state.as_deref(),
                 actions: actions.as_deref(),
                 steps,
-            },
-            cli.plugin.as_deref(),
-        ),
-        Command::Bench(Bench::Env { file, env, envs, steps, devices, runs, json, env_workers, host }) => env::bench(
-            env::BenchArgs {
-                file: &file,
-                env: env.as_deref(),
-                envs,
-                steps,
-                devices,
-                runs: runs as usize,
-                json,
-                env_workers,
-                python: host.python,
-                env_import: host.env_import,
-            },
-            cli.plugin.as_deref(),
-        ),
-        Command::Train { file, shape, total_steps, seed, out, resume, checkpoint_every, quiet, sebulba } => {
-            train::train(
-                train::TrainArgs {
+            };
+            env::sim(args, plugin)
+        }),
+        Command::Bench(Bench::Env { file, env, envs, steps, devices, runs, json, env_workers, host, source }) => {
+            source.options().and_then(|o| {
+                let args = env::BenchArgs {
+                    file: &file,
+                    source: &o,
+                    env: env.as_deref(),
+                    envs,
+                    steps,
+                    devices,
+                    runs: runs as usize,
+                    json,
+                    env_workers,
+                    python: host.python,
+                    env_import: host.env_import,
+                };
+                env::bench(args, plugin)
+            })
+        }
+        Command::Train { file, shape, total_steps, seed, out, resume, checkpoint_every, quiet, source, sebulba } => {
+            source.options().and_then(|load| {
+                let args = train::TrainArgs {
                     file,
+                    load,
                     agent: shape.agent.clone(),
                     sizes: shape.sizes(),
                     total_steps,
@@ -295,25 +343,26 @@ pub fn main(cli: Cli) -> ExitCode {
                     checkpoint_every,
                     quiet,
                     sebulba: shape.sebulba(sebulba),
-                },
-                cli.plugin.as_deref(),
-            )
+                };
+                train::train(args, plugin)
+            })
         }
-        Command::Bench(Bench::Train { file, shape, runs, json, sebulba }) => train::bench(
-            train::BenchTrainArgs {
-                file,
-                agent: shape.agent.clone(),
-                sizes: shape.sizes(),
-                runs: runs as usize,
-                json,
-                sebulba: shape.sebulba(sebulba),
-            },
-            cli.plugin.as_deref(),
-        ),
-        Command::Env(EnvCmd::Describe { uri, host }) => {
-            env::describe(&uri, host.python, host.env_import, cli.plugin.as_deref())
+        Command::Bench(Bench::Train { file, shape, runs, json, source, sebulba }) => {
+            source.options().and_then(|load| {
+                let args = train::BenchTrainArgs {
+                    file,
+                    load,
+                    agent: shape.agent.clone(),
+                    sizes: shape.sizes(),
+                    runs: runs as usize,
+                    json,
+                    sebulba: shape.sebulba(sebulba),
+                };
+                train::bench(args, plugin)
+            })
         }
-        Command::Devices { cpu_devices } => devices(cli.plugin.as_deref(), cpu_devices),
+        Command::Env(EnvCmd::Describe { uri, host }) => env::describe(&uri, host.python, host.env_import, plugin),
+        Command::Devices { cpu_devices } => devices(plugin, cpu_devices),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -337,10 +386,10 @@ impl<E: std::fmt::Display> From<E> for Failure {
     }
 }
 
-fn check(files: &[PathBuf]) -> Result<(), Failure> {
+fn check(files: &[PathBuf], opts: &LoadOptions) -> Result<(), Failure> {
     let mut failed = false;
     for f in files {
-        let (prog, diags) = driver::check_file(f)?;
+        let (prog, diags) = driver::check_file_with(f, opts)?;
         emit_stderr(&prog.map, &diags);
         failed |= !diags.is_empty();
     }
@@ -348,8 +397,8 @@ fn check(files: &[PathBuf]) -> Result<(), Failure> {
 }
 
 /// Loads and checks `file`, printing diagnostics; only a clean program comes back.
-fn load(file: &Path) -> Result<Program, Failure> {
-    let (prog, diags) = driver::check_file(file)?;
+fn load(file: &Path, opts: &LoadOptions) -> Result<Program, Failure> {
+    let (prog, diags) = driver::check_file_with(file, opts)?;
     if diags.is_empty() {
         Ok(prog)
     } else {
@@ -371,7 +420,7 @@ fn entry(prog: &Program, name: &str) -> Result<Entry, Failure> {
     })
 }
 
-fn build(file: &Path, emit: Emit, name: &str, output: Option<&Path>) -> Result<(), Failure> {
+fn build(file: &Path, opts: &LoadOptions, emit: Emit, name: &str, output: Option<&Path>) -> Result<(), Failure> {
     let text = match emit {
         Emit::Ast => {
             let src = std::fs::read_to_string(file).map_err(|e| format!("cannot read `{}`: {e}", file.display()))?;
@@ -385,7 +434,7 @@ fn build(file: &Path, emit: Emit, name: &str, output: Option<&Path>) -> Result<(
             crate::syntax::print::print_module(&module)
         }
         Emit::Ir | Emit::Stablehlo => {
-            let prog = load(file)?;
+            let prog = load(file, opts)?;
             // An agent's entry is its Anakin training program, at `podc train`'s defaults.
             let funcs = match crate::elab::agent::agent_names(&prog).iter().any(|a| a == name) {
                 true => {
@@ -410,7 +459,7 @@ fn build(file: &Path, emit: Emit, name: &str, output: Option<&Path>) -> Result<(
 
 /// `run` (with `Some(plugin)`) and `eval` (with `None`).
 fn run(a: &RunArgs, device: Option<Option<&Path>>) -> Result<(), Failure> {
-    let prog = load(&a.file)?;
+    let prog = load(&a.file, &a.source.options()?)?;
     let e = entry(&prog, &a.entry)?;
     let args = read_args(&e, a.args.as_deref())?;
     let outs = match device {

@@ -2,7 +2,9 @@
 
 use super::{Failure, load};
 use crate::diag::emit_stderr;
+use crate::driver::LoadOptions;
 use crate::elab::anakin::{AnakinPrograms, Shape, anakin_programs};
+use crate::overrides;
 use crate::resolve::Program;
 use crate::runtime::Runtime;
 use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent, record};
@@ -36,6 +38,8 @@ impl Sizes {
 
 pub struct TrainArgs {
     pub file: PathBuf,
+    /// Library directories and `--set` overrides.
+    pub load: LoadOptions,
     pub agent: Option<String>,
     pub sizes: Sizes,
     pub total_steps: u64,
@@ -99,8 +103,13 @@ pub struct SebulbaFlags {
 }
 
 /// The program, the agent's name and the run's sizes.
-pub(super) fn prepare(file: &Path, agent: Option<&str>, sizes: &Sizes) -> Result<(Program, String, RunShape), Failure> {
-    let prog = load(file)?;
+pub(super) fn prepare(
+    file: &Path,
+    opts: &LoadOptions,
+    agent: Option<&str>,
+    sizes: &Sizes,
+) -> Result<(Program, String, RunShape), Failure> {
+    let prog = load(file, opts)?;
     let agent = pick_agent(&prog, agent).map_err(|m| format!("`{}`: {m}", file.display()))?;
     let shape = sizes.shape(&prog, &agent);
     shape.check()?;
@@ -121,9 +130,10 @@ fn trainer<'c>(
     Ok(Trainer::new(client, prog, (&agent, &env), shape, start)?)
 }
 
-/// The run's settings that a resumed run must share.
+/// The run's settings that a resumed run must share. `overrides` is there only when the
+/// run has some, so that the configs of runs without stay as they were.
 pub(super) fn config(a: &TrainArgs, agent: &str, shape: RunShape) -> Value {
-    json!({
+    let mut cfg = json!({
         "file": a.file.display().to_string(),
         "agent": agent,
         "envs": shape.envs,
@@ -131,14 +141,30 @@ pub(super) fn config(a: &TrainArgs, agent: &str, shape: RunShape) -> Value {
         "updates_per_call": shape.updates_per_call,
         "devices": shape.devices,
         "seed": a.seed,
-    })
+    });
+    if !a.load.overrides.is_empty() {
+        cfg["overrides"] = overrides::to_json(&a.load.overrides);
+    }
+    cfg
 }
 
-pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+/// A resumed run without `--set` takes the overrides its checkpoint was made with, so
+/// that it continues the same program; with `--set`, they must be the same (checked
+/// with the other flags).
+fn resume_overrides(a: &mut TrainArgs) -> Result<(), Failure> {
+    if let (Some(dir), true) = (&a.resume, a.load.overrides.is_empty()) {
+        let (_, meta) = checkpoint::load(dir).map_err(|e| e.to_string())?;
+        a.load.overrides = overrides::from_json(&meta["config"]["overrides"]);
+    }
+    Ok(())
+}
+
+pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+    resume_overrides(&mut a)?;
     if a.sebulba.is_some() {
         return sebulba::train(a, plugin);
     }
-    let (prog, agent, shape) = prepare(&a.file, a.agent.as_deref(), &a.sizes)?;
+    let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
     let cfg = config(&a, &agent, shape);
     // A checkpoint to resume from is read, and its flags compared, before compiling.
     let resumed = match &a.resume {
@@ -229,6 +255,7 @@ fn save(t: &Trainer, dir: &Path, cfg: &Value, calls: u64, env_steps: u64) -> Res
 
 pub struct BenchTrainArgs {
     pub file: PathBuf,
+    pub load: LoadOptions,
     pub agent: Option<String>,
     pub sizes: Sizes,
     pub runs: usize,
@@ -242,7 +269,7 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     if a.sebulba.is_some() {
         return sebulba::bench(a, plugin);
     }
-    let (prog, agent, shape) = prepare(&a.file, a.agent.as_deref(), &a.sizes)?;
+    let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
     let client = Runtime::open(plugin, Some(shape.devices))?;
     let mut t = trainer(&client, &prog, &agent, shape)?;
     t.init(0)?;

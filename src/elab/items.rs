@@ -1,6 +1,7 @@
 //! Items and types: functions, structs, consts, and the types written in source.
 
 use super::*;
+use crate::overrides::Override;
 
 impl Elab<'_> {
     // ---------------------------------------------------------------- items
@@ -175,7 +176,10 @@ impl Elab<'_> {
             std::mem::take(&mut self.sizes),
         );
         let ty = self.resolve_ty(&c.ty);
-        let v = self.expr_expect(&c.value, &ty);
+        let v = match self.prog.override_of(r) {
+            Some(o) => self.override_val(o, ty, c),
+            None => self.expr_expect(&c.value, &ty),
+        };
         let v = if v.known.is_none() && !v.ty.is_error() {
             self.err(TypeError::NotStatic { what: "a `const` value".into(), span: c.value.span })
         } else {
@@ -184,6 +188,27 @@ impl Elab<'_> {
         (self.module, self.scopes, self.sizes) = saved;
         self.consts.insert(r, Val { vars: vec![], ..v.clone() });
         self.rematerialize(v)
+    }
+
+    /// A const's `--set` value, read as its declared type.
+    fn override_val(&mut self, o: &Override, ty: Ty, c: &ast::Const) -> Val {
+        if ty.is_error() {
+            return Val::error();
+        }
+        let value = match ty.leaves().as_deref() {
+            Some([leaf]) if matches!(ty, Ty::Array(..)) => o.read(leaf),
+            _ => Err(format!("a const of type `{ty}` cannot be set from the command line")),
+        };
+        match value {
+            Ok(a) => Val { ty, vars: vec![], weak: false, known: Some(a) },
+            Err(reason) => self.err(TypeError::BadOverride {
+                name: o.name.clone(),
+                value: o.value.to_string(),
+                ty,
+                reason,
+                span: c.ty.span,
+            }),
+        }
     }
 
     /// A known value's constant in the current graph (values of consts are cached

@@ -28,6 +28,8 @@ pub mod sebulba;
 mod sort;
 mod vmap;
 
+pub(crate) use expr::edit_distance;
+
 use crate::array::{Array, DType};
 use crate::diag::Diag;
 use crate::ir::build::Builder;

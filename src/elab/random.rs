@@ -695,7 +695,7 @@ mod tests {
 
     #[test]
     fn threefry_known_answers_folded() {
-        let (prog, _) = crate::resolve::load_source("kat.pod", "", None);
+        let (prog, _) = crate::resolve::load_source("kat.pod", "", vec![]);
         let mut cx = Elab::new(&prog, None);
         for (k, x, want) in KAT {
             let (k0, k1, x0, x1) = (cx.u32c(k[0]), cx.u32c(k[1]), cx.u32c(x[0]), cx.u32c(x[1]));
@@ -708,7 +708,7 @@ mod tests {
     /// vectors at once, the keys broadcast over the counters.
     #[test]
     fn threefry_known_answers_emitted() {
-        let (prog, _) = crate::resolve::load_source("kat.pod", "", None);
+        let (prog, _) = crate::resolve::load_source("kat.pod", "", vec![]);
         let mut cx = Elab::new(&prog, Some(Builder::new()));
         let scalar = ArrayTy::scalar(DType::U32);
         let b = cx.b.as_mut().expect("building");

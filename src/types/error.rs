@@ -112,6 +112,14 @@ pub enum TypeError {
         what: String,
         span: Span,
     },
+    /// A `--set NAME=VALUE` whose value does not fit the const's type; `span` is the type.
+    BadOverride {
+        name: String,
+        value: String,
+        ty: Ty,
+        reason: String,
+        span: Span,
+    },
     BadOperand {
         op: String,
         ty: Ty,
@@ -248,8 +256,12 @@ impl TypeError {
                 )
             }
             E::UnknownModule { path, span, looked_in } => {
-                Diag::new("E0103", format!("unresolved module `{path}`"), span, "no such module")
-                    .with_note(format!("looked for {looked_in}"))
+                let d = Diag::new("E0103", format!("unresolved module `{path}`"), span, "no such module")
+                    .with_note(format!("looked for {looked_in}"));
+                match path.starts_with("std::") {
+                    true => d,
+                    false => d.with_help("modules outside the root file's directory are found with `--lib DIR` or `PODC_PATH`"),
+                }
             }
             E::UnknownImport { module, name, span } => {
                 Diag::new("E0104", format!("no item `{name}` in module `{module}`"), span, "not found in that module")
@@ -347,6 +359,10 @@ impl TypeError {
                 "this is only known at run time",
             )
             .with_help("use an integer literal, a `const`, or a size parameter"),
+            E::BadOverride { name, value, ty, reason, span } => {
+                Diag::new("E0232", format!("`--set {name}={value}` does not fit `{name}: {ty}`"), span, reason)
+                    .with_help(format!("give `--set {name}` a value of type `{ty}`"))
+            }
             E::BadOperand { op, ty, span, expected } => {
                 Diag::new("E0215", format!("`{op}` cannot be applied to `{ty}`"), span, format!("expected {expected}"))
             }

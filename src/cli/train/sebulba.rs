@@ -2,6 +2,7 @@
 
 use super::{BenchTrainArgs, Failure, SebulbaFlags, Sizes, TrainArgs, config, prepare};
 use crate::diag::emit_stderr;
+use crate::driver::LoadOptions;
 use crate::elab::agent::{AgentFuncs, build_agent};
 use crate::resolve::Program;
 use crate::runtime::{Client, Runtime};
@@ -70,13 +71,14 @@ struct Setup {
 
 fn setup(
     file: &Path,
+    opts: &LoadOptions,
     agent: Option<&str>,
     sizes: &Sizes,
     flags: &SebulbaFlags,
     plugin: Option<&Path>,
 ) -> Result<Setup, Failure> {
     let start = Instant::now();
-    let (prog, name, _) = prepare(file, agent, &Sizes { devices: 1, ..*sizes })?;
+    let (prog, name, _) = prepare(file, opts, agent, &Sizes { devices: 1, ..*sizes })?;
     let mut cfg = layout(&prog, &name, sizes, flags)?;
     let per_device = cfg.envs / cfg.learner_devices.len();
     let agent = build_agent(&prog, &name, per_device, cfg.rollout).map_err(|d| {
@@ -117,7 +119,7 @@ fn sebulba_record(r: &SebulbaReport, cfg: &Config, sps: f64, wall_s: f64) -> met
 
 pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
-    let s = setup(&a.file, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
+    let s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
     let cfg = sebulba_config(&a, &s);
     let resumed = match &a.resume {
         Some(dir) => {
@@ -210,7 +212,7 @@ fn save(t: &Sebulba, dir: &Path, cfg: &Value, updates: u64, env_steps: u64) -> R
 /// `--updates-per-call` updates each) after a warm-up report; plus the idle fractions.
 pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
-    let s = setup(&a.file, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
+    let s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
     let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
     t.init(&s.agent, 0)?;
     let k = s.cfg.updates_per_report as u64;
