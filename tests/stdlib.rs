@@ -244,6 +244,13 @@ fn gaussian_samples_are_jax_random_normal_scaled() {
 // ---------------------------------------------------------------------------------------
 // std::rl
 
+/// Gymnasium's `NormalizeObservation` over two CartPole episodes: every standardised
+/// observation and the final statistics.
+#[test]
+fn running_mean_std_matches_gymnasiums_normalize_observation() {
+    against_reference("normalize", &["normalize_stream"], TOL);
+}
+
 #[test]
 fn returns_and_gae_match_references() {
     against_reference("rl", &["discounted_returns", "gae"], TOL);

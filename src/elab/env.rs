@@ -12,6 +12,9 @@
 //!   the episode ends returns the next episode's first state and observation while
 //!   reporting the final observation of the one that ended. `terminated` (the task
 //!   ended) and `truncated` (the time limit, or the env's own truncation) stay distinct.
+//!   The next episode starts from `reset(key)`, or, when the env defines the optional
+//!   `auto_reset(s, key) -> S`, from that: a state that keeps what must outlive an
+//!   episode (a wrapper's running statistics) from the state `s` the episode ended in.
 //!
 //! Both branches of the reset are computed and selected, which is what batching needs.
 
@@ -102,6 +105,7 @@ fn signature(name: &str, state: &str, obs: &str, action: &str) -> Option<String>
         "reset" => Some("fn reset(key: Key) -> S".to_string()),
         "step" => Some(format!("fn step(s: {state}, a: {action}, key: Key) -> Step<{state}>")),
         "observe" => Some(format!("fn observe(s: {state}) -> {obs}")),
+        "auto_reset" => Some(format!("fn auto_reset(s: {state}, key: Key) -> {state}")),
         _ => None,
     }
 }
@@ -183,15 +187,16 @@ impl Elab<'_> {
         let state = state?;
         let key = super::random::key_ty();
         let step_ty = if state.is_error() { Ty::Error } else { Ty::Struct(self.step_def(state.clone()), vec![]) };
-        let want: [(&str, Vec<Ty>, Ty); 3] = [
+        let want: [(&str, Vec<Ty>, Ty); 4] = [
             ("reset", vec![key.clone()], state.clone()),
-            ("step", vec![state.clone(), action_ty, key], step_ty),
+            ("step", vec![state.clone(), action_ty, key.clone()], step_ty),
             ("observe", vec![state.clone()], observation.clone().unwrap_or(Ty::Error)),
+            ("auto_reset", vec![state.clone(), key], state.clone()),
         ];
         let mut ok = missing.is_empty();
         for (name, params, ret) in want {
             let Some(f) = fns.get(name) else {
-                ok = false;
+                ok &= name == "auto_reset"; // the one that may be left out
                 continue;
             };
             let (found_params, found_ret) = self.signature_types(f);
@@ -336,7 +341,7 @@ impl Elab<'_> {
 
     /// Calls one of the env's functions on values.
     fn call_env(&mut self, e: &ast::Env, module: usize, name: &str, args: Vec<Val>) -> Val {
-        let f = e.fns.iter().find(|f| f.name.name == name).expect("checked: the env has all three functions");
+        let f = e.fns.iter().find(|f| f.name.name == name).expect("checked: the env has the function");
         let (_, ret) = self.signature_types(f);
         self.inline(f, module, Default::default(), Default::default(), args, &ret)
     }
@@ -479,7 +484,10 @@ fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Deriv
             };
             let done = cx.apply(Prim::Binary(Binary { op: BinaryOp::Or }), &[&terminated, &truncated]);
             let final_obs = cx.call_env(e, r.module, "observe", vec![next.clone()]);
-            let fresh = cx.call_env(e, r.module, "reset", vec![k_reset]);
+            let fresh = match e.fns.iter().any(|f| f.name.name == "auto_reset") {
+                true => cx.call_env(e, r.module, "auto_reset", vec![next.clone(), k_reset]),
+                false => cx.call_env(e, r.module, "reset", vec![k_reset]),
+            };
             let next = cx.select(&done, fresh, next);
             let z = zero(&mut cx);
             let t_next = cx.select(&done, z, t1);
