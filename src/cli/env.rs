@@ -6,7 +6,7 @@ use crate::diag::emit_stderr;
 use crate::elab::env::{ActionSpace, EnvFuncs, bench_program, build_env, env_names, fold_in_program};
 use crate::lower::stablehlo::lower_module;
 use crate::resolve::Program;
-use crate::runtime::{Buffer, Client, Executable, Runtime};
+use crate::runtime::{Buffer, Client, Executable};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Instant;
@@ -66,7 +66,7 @@ pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         }
     };
     let n = a.steps.map_or(actions.len(), |s| s.min(actions.len()));
-    let client = Runtime::open(plugin, None)?;
+    let client = super::open_runtime(plugin, None)?;
     let reset = compile(&client, &env.reset, 1)?;
     let step = compile(&client, &env.step, 1)?;
     let base = crate::io::seed_key(a.seed);
@@ -223,7 +223,7 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     }
     let prog = load(a.file, a.source)?;
     let env = env_funcs(&prog, a.file, a.env)?;
-    let client = Runtime::open(plugin, Some(a.devices.max(1)))?;
+    let client = super::open_runtime(plugin, Some(a.devices.max(1)))?;
     let start = Instant::now();
     let program = bench_program(&prog, &env, a.envs / a.devices, a.steps);
     let exe = compile(&client, &program, a.devices)?;
@@ -249,11 +249,11 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     if a.json {
         println!(
             "{}",
-            json!({"steps_per_sec": steps_per_sec, "compile_s": compile_s, "envs": a.envs, "steps": a.steps, "devices": a.devices})
+            json!({"steps_per_sec": steps_per_sec, "compile_s": compile_s, "cache": exe.cache_status().as_str(), "envs": a.envs, "steps": a.steps, "devices": a.devices})
         );
     } else {
         println!("env {}: {} envs x {} steps on {} device(s)", env.info.name, a.envs, a.steps, a.devices);
-        println!("  compile: {compile_s:.3} s");
+        println!("  compile: {compile_s:.3} s (compilation cache: {})", exe.cache_status().as_str());
         println!(
             "  median of {} runs: {:.4} s, {:.3e} env steps/s ({episodes} episodes ended per run)",
             a.runs, median, steps_per_sec

@@ -4,10 +4,11 @@ use crate::array::Array;
 use crate::diag::{SourceMap, emit_stderr};
 use crate::driver::{self, Entry, LoadOptions};
 use crate::resolve::Program;
-use crate::runtime::{Client, Runtime};
+use crate::runtime::{Client, CompileCache, Runtime};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::OnceLock;
 
 mod env;
 mod train;
@@ -19,6 +20,10 @@ pub struct Cli {
     /// fetched with pip on first use).
     #[arg(long, global = true, value_name = "PATH")]
     plugin: Option<PathBuf>,
+    /// Compile every program afresh, neither reading nor writing the compilation cache
+    /// (also `PODC_NO_CACHE=1`).
+    #[arg(long, global = true)]
+    no_cache: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -139,7 +144,8 @@ enum Bench {
         /// Timed runs (after one warm-up run).
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
         runs: u64,
-        /// Print one JSON object: `{"steps_per_sec", "compile_s", "envs", "steps", "devices"}`.
+        /// Print one JSON object: `{"steps_per_sec", "compile_s", "cache", "envs", "steps",
+        /// "devices"}` (`cache`: `hit`, `miss` or `off`, for the compilation cache).
         #[arg(long)]
         json: bool,
         /// Worker processes the host envs are split over (Python backends).
@@ -159,8 +165,9 @@ enum Bench {
         /// Timed calls (after one warm-up call).
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
         runs: u64,
-        /// Print one JSON object: `{"compile_s", "steps_per_sec", "runs", "envs", "rollout",
-        /// "updates_per_call", "devices"}` (Sebulba adds its idle fractions).
+        /// Print one JSON object: `{"compile_s", "cache", "steps_per_sec", "runs", "envs",
+        /// "rollout", "updates_per_call", "devices"}` (`cache`: `hit`, `miss` or `off`;
+        /// Sebulba has no `cache` and adds its idle fractions).
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -291,6 +298,7 @@ enum Emit {
 
 /// Runs `podc` with parsed arguments.
 pub fn main(cli: Cli) -> ExitCode {
+    NO_CACHE.get_or_init(|| cli.no_cache);
     let plugin = cli.plugin.as_deref();
     let result = match cli.command {
         Command::Check { files, source } => source.options().and_then(|o| check(&files, &o)),
@@ -372,6 +380,19 @@ pub fn main(cli: Cli) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `--no-cache`, set once in [`main`]: a setting of the whole process, as the flag is.
+static NO_CACHE: OnceLock<bool> = OnceLock::new();
+
+/// Opens the runtime with the compilation cache that `--no-cache` and the environment
+/// ask for (see `runtime::cache`).
+fn open_runtime(plugin: Option<&Path>, cpu_devices: Option<usize>) -> Result<Client, Failure> {
+    let cache = match NO_CACHE.get() {
+        Some(true) => None,
+        _ => CompileCache::from_env()?,
+    };
+    Ok(Runtime::open(plugin, cpu_devices)?.with_compile_cache(cache))
 }
 
 enum Failure {
@@ -464,7 +485,7 @@ fn run(a: &RunArgs, device: Option<Option<&Path>>) -> Result<(), Failure> {
     let args = read_args(&e, a.args.as_deref())?;
     let outs = match device {
         Some(plugin) => {
-            let client = Runtime::open(plugin, None)?;
+            let client = open_runtime(plugin, None)?;
             run_on_device(&client, &e, &args)?
         }
         None => driver::eval(&e, &args),

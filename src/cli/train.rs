@@ -6,7 +6,6 @@ use crate::driver::LoadOptions;
 use crate::elab::anakin::{AnakinPrograms, Shape, anakin_programs};
 use crate::overrides;
 use crate::resolve::Program;
-use crate::runtime::Runtime;
 use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent, record};
 use crate::train::{checkpoint, metrics, plot, progress::Progress};
 use serde_json::{Value, json};
@@ -184,7 +183,7 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         }
         None => None,
     };
-    let client = Runtime::open(plugin, Some(shape.devices))?;
+    let client = super::open_runtime(plugin, Some(shape.devices))?;
     let mut t = trainer(&client, &prog, &agent, shape)?;
     let (mut calls, mut log) = match resumed {
         Some((from, arrays, meta)) => {
@@ -270,7 +269,7 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         return sebulba::bench(a, plugin);
     }
     let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
-    let client = Runtime::open(plugin, Some(shape.devices))?;
+    let client = super::open_runtime(plugin, Some(shape.devices))?;
     let mut t = trainer(&client, &prog, &agent, shape)?;
     t.init(0)?;
     t.step()?;
@@ -290,6 +289,7 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
             "{}",
             json!({
                 "compile_s": t.compile_s,
+                "cache": t.cache().as_str(),
                 "steps_per_sec": median,
                 "runs": runs,
                 "envs": s.envs,
@@ -299,7 +299,7 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
             })
         );
     } else {
-        println!("compile: {:.2} s", t.compile_s);
+        println!("compile: {:.2} s (compilation cache: {})", t.compile_s, t.cache().as_str());
         println!("{median:.0} env steps/s (learning included; median of {} calls)", a.runs);
     }
     Ok(())

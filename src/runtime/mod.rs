@@ -4,7 +4,8 @@
 //! PJRT is the C API that XLA's backends (CPU, CUDA, TPU) export from a shared library.
 //! podracer owns a small binding of the part it needs ([`pjrt`]); [`plugin`] finds the
 //! library (a `--plugin` path, `PODC_PJRT_PLUGIN`, or the cache, installing the CPU plugin
-//! with pip on first use); [`Runtime::open`] puts the two together.
+//! with pip on first use); [`Runtime::open`] puts the two together. A client may keep
+//! compiled executables between runs ([`cache`], [`Client::with_compile_cache`]).
 //!
 //! ```no_run
 //! use podracer::array::Array;
@@ -27,12 +28,14 @@
 // All `unsafe` of the runtime is confined to `pjrt::ffi`, which opts back in.
 #![deny(unsafe_code)]
 
+pub mod cache;
 pub mod pjrt;
 pub mod plugin;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+pub use cache::{CacheStatus, CompileCache};
 pub use pjrt::{ApiVersion, Buffer, Client, ClientOptions, Device, Executable};
 
 /// Everything that can go wrong in the runtime. None of these is a panic: a bad plugin,

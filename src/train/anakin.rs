@@ -123,6 +123,11 @@ impl<'c> Trainer<'c> {
         })
     }
 
+    /// Whether the train program came from the compilation cache.
+    pub fn cache(&self) -> crate::runtime::CacheStatus {
+        self.train.cache_status()
+    }
+
     /// A fresh state from `seed`: the same learner on every device, each device's own
     /// environments. The init program runs once, so it runs in the reference interpreter
     /// rather than paying an XLA compile (its loops, the orthogonal inits, cost seconds).

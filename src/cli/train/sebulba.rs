@@ -5,7 +5,7 @@ use crate::diag::emit_stderr;
 use crate::driver::LoadOptions;
 use crate::elab::agent::{AgentFuncs, build_agent};
 use crate::resolve::Program;
-use crate::runtime::{Client, Runtime};
+use crate::runtime::Client;
 use crate::syntax::ast;
 use crate::train::anakin::record;
 use crate::train::sebulba::{Config, Sebulba, SebulbaReport};
@@ -87,7 +87,7 @@ fn setup(
     })?;
     cfg.uri = env_uri(&prog, &agent, flags)?;
     let devices = cfg.actor_devices.iter().chain(&cfg.learner_devices).max().map_or(1, |d| d + 1);
-    let client = Runtime::open(plugin, Some(devices))?;
+    let client = super::super::open_runtime(plugin, Some(devices))?;
     Ok(Setup { prog, agent, cfg, client, start })
 }
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::buffer::Buffer;
 use super::ffi::{self, ClientHandle, ExecutableHandle};
 use crate::array::Array;
+use crate::runtime::cache::{CacheStatus, CompileCache, Key};
 use crate::runtime::{Result, RuntimeError};
 
 /// Options for [`Client::new`].
@@ -57,6 +58,8 @@ pub struct Client {
     handle: Arc<ClientHandle>,
     plugin: PathBuf,
     devices: Vec<Device>,
+    /// Where compiled executables are kept between runs; none by default.
+    cache: Option<Arc<CompileCache>>,
 }
 
 impl fmt::Debug for Client {
@@ -93,7 +96,19 @@ impl Client {
                 description: info.description.clone(),
             })
             .collect();
-        Ok(Client { handle, plugin: plugin.to_path_buf(), devices })
+        Ok(Client { handle, plugin: plugin.to_path_buf(), devices, cache: None })
+    }
+
+    /// This client with a persistent compilation cache (or, with `None`, without one).
+    /// Clones share the plugin's client but each has its own cache setting.
+    pub fn with_compile_cache(mut self, cache: Option<CompileCache>) -> Client {
+        self.cache = cache.map(Arc::new);
+        self
+    }
+
+    /// The compilation cache, if this client has one.
+    pub fn compile_cache(&self) -> Option<&CompileCache> {
+        self.cache.as_deref()
     }
 
     /// The plugin's platform, e.g. "cpu" or "cuda".
@@ -126,6 +141,10 @@ impl Client {
 
     /// Compiles StableHLO MLIR text with one replica on each of `devices` (device
     /// indices, distinct): replica `r` runs on `devices[r]`.
+    ///
+    /// With a compilation cache, an executable stored under the same key is loaded
+    /// instead; one that cannot be read or loaded is compiled again and replaced. A
+    /// cache that cannot be written to costs only the saving (said once on stderr).
     pub fn compile_on(&self, mlir: &str, devices: &[usize]) -> Result<Executable> {
         if devices.is_empty() {
             return Err(RuntimeError::Usage("a program needs at least one replica".into()));
@@ -139,8 +158,59 @@ impl Client {
             }
             ids.push(i64::from(device.id));
         }
-        let handle = self.handle.compile(mlir, &compile_options(&ids))?;
-        Ok(Executable { handle })
+        let options = compile_options(&ids);
+        let Some(cache) = &self.cache else {
+            return Ok(Executable { handle: self.handle.compile(mlir, &options)?, cache: CacheStatus::Off });
+        };
+        let key = self.cache_key(mlir, &options);
+        if let Some(bytes) = cache.get(&key) {
+            // A stored executable for other devices would run in the wrong place: compile.
+            if let Ok(handle) = self.handle.deserialize(&bytes)
+                && handle.devices() == devices
+            {
+                return Ok(Executable { handle, cache: CacheStatus::Hit });
+            }
+        }
+        let handle = self.handle.compile(mlir, &options)?;
+        // A plugin that cannot serialize leaves nothing to store.
+        if let Ok(bytes) = handle.serialize()
+            && let Err(e) = cache.put(&key, &bytes)
+        {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                eprintln!("podc: warning: cannot write to the compilation cache {}: {e}", cache.dir().display())
+            });
+        }
+        Ok(Executable { handle, cache: CacheStatus::Miss })
+    }
+
+    /// Everything that decides what compiling `mlir` with `options` on this client gives.
+    fn cache_key(&self, mlir: &str, options: &[u8]) -> Key {
+        // The plugin by identity, not content: hashing a 200 MB library would cost more
+        // than many compiles. Replacing it changes its size or modification time.
+        let plugin = std::fs::canonicalize(&self.plugin).unwrap_or_else(|_| self.plugin.clone());
+        let identity = match std::fs::metadata(&plugin) {
+            Ok(m) => {
+                let mtime = m.modified().ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok());
+                format!("{} {} {:?}", plugin.display(), m.len(), mtime)
+            }
+            Err(_) => plugin.display().to_string(),
+        };
+        let devices: Vec<String> =
+            self.devices.iter().map(|d| format!("{} {} {}", d.id, d.kind, d.description)).collect();
+        let platform = format!("{} {}", self.platform_name(), self.api_version());
+        let xla_flags = std::env::var("XLA_FLAGS").unwrap_or_default();
+        CompileCache::key(&[
+            b"podc",
+            env!("CARGO_PKG_VERSION").as_bytes(),
+            identity.as_bytes(),
+            platform.as_bytes(),
+            devices.join("\n").as_bytes(),
+            crate::runtime::cache::host_cpu().as_bytes(),
+            xla_flags.as_bytes(),
+            options,
+            mlir.as_bytes(),
+        ])
     }
 
     /// Copies `array` to device `device` (an index into [`Client::devices`]).
@@ -154,6 +224,7 @@ impl Client {
 /// May be executed from several threads at once.
 pub struct Executable {
     handle: ExecutableHandle,
+    cache: CacheStatus,
 }
 
 impl fmt::Debug for Executable {
@@ -161,11 +232,18 @@ impl fmt::Debug for Executable {
         f.debug_struct("Executable")
             .field("devices", &self.devices())
             .field("num_outputs", &self.num_outputs())
+            .field("cache", &self.cache)
             .finish()
     }
 }
 
 impl Executable {
+    /// Whether it was loaded from the compilation cache, compiled, or the client has no
+    /// cache.
+    pub fn cache_status(&self) -> CacheStatus {
+        self.cache
+    }
+
     /// How many replicas (devices) each execution runs on.
     pub fn num_replicas(&self) -> usize {
         self.handle.devices().len()

@@ -36,7 +36,17 @@ macro_rules! opaque {
     };
 }
 
-opaque!(RawError, RawEvent, RawClient, RawDevice, RawDeviceDescription, RawExecutable, RawLoadedExecutable, RawBuffer);
+opaque!(
+    RawError,
+    RawEvent,
+    RawClient,
+    RawDevice,
+    RawDeviceDescription,
+    RawExecutable,
+    RawLoadedExecutable,
+    RawBuffer,
+    RawSerializedExecutable
+);
 
 /// A function of the API that reports failure as a `PJRT_Error*`.
 type ErrFn<A> = Option<unsafe extern "C" fn(args: *mut A) -> *mut RawError>;
@@ -228,6 +238,30 @@ args!(
     ExecutableNumOutputsArgs { executable: *mut RawExecutable, num_outputs: usize, }
 );
 args!(
+    /// `PJRT_Executable_Serialize_Args`; the bytes live until the deleter is called on
+    /// `serialized_executable`.
+    ExecutableSerializeArgs {
+        executable: *const RawExecutable,
+        serialized_bytes: *const c_char,
+        serialized_bytes_size: usize,
+        serialized_executable: *mut RawSerializedExecutable,
+        serialized_executable_deleter: Option<unsafe extern "C" fn(exec: *mut RawSerializedExecutable)>,
+    }
+);
+args!(
+    /// `PJRT_Executable_DeserializeAndLoad_Args`. Null compile options mean the ones
+    /// serialized with the executable (its device assignment included).
+    ExecutableDeserializeAndLoadArgs {
+        client: *mut RawClient,
+        serialized_executable: *const c_char,
+        serialized_executable_size: usize,
+        loaded_executable: *mut RawLoadedExecutable,
+        overridden_serialized_compile_options: *const c_char,
+        overridden_serialized_compile_options_size: usize,
+        load_options: *mut c_void,
+    }
+);
+args!(
     /// `PJRT_LoadedExecutable_Destroy_Args`
     LoadedExecutableDestroyArgs { executable: *mut RawLoadedExecutable, }
 );
@@ -347,13 +381,15 @@ struct ApiTable {
     executable_destroy: ErrFn<ExecutableDestroyArgs>,                      // 41
     _executable_name_replicas_partitions: [Slot; 3],                       // 42-44
     executable_num_outputs: ErrFn<ExecutableNumOutputsArgs>,               // 45
-    _executable_code_size_to_serialize: [Slot; 5],                         // 46-50
+    _executable_code_size_to_optimized_program: [Slot; 4],                 // 46-49
+    executable_serialize: ErrFn<ExecutableSerializeArgs>,                  // 50
     loaded_executable_destroy: ErrFn<LoadedExecutableDestroyArgs>,         // 51
     loaded_executable_get_executable: ErrFn<LoadedExecutableGetExecutableArgs>, // 52
     loaded_executable_addressable_devices: ErrFn<LoadedExecutableAddressableDevicesArgs>, // 53
     _loaded_executable_delete_is_deleted: [Slot; 2],                       // 54-55
     loaded_executable_execute: ErrFn<LoadedExecutableExecuteArgs>,         // 56
-    _deserialize_and_load_fingerprint: [Slot; 2],                          // 57-58
+    executable_deserialize_and_load: ErrFn<ExecutableDeserializeAndLoadArgs>, // 57
+    _loaded_executable_fingerprint: Slot,                                  // 58
     buffer_destroy: ErrFn<BufferDestroyArgs>,                              // 59
     buffer_element_type: ErrFn<BufferElementTypeArgs>,                     // 60
     buffer_dimensions: ErrFn<BufferDimensionsArgs>,                        // 61
@@ -373,6 +409,8 @@ const _: () = {
     assert!(size_of::<BufferDimensionsArgs>() == 40);
     assert!(size_of::<Program>() == 48);
     assert!(size_of::<ClientCompileArgs>() == 56);
+    assert!(size_of::<ExecutableSerializeArgs>() == 56);
+    assert!(size_of::<ExecutableDeserializeAndLoadArgs>() == 72);
     assert!(size_of::<BufferToHostBufferArgs>() == 56);
     assert!(size_of::<NamedValue>() == 56);
     assert!(size_of::<MemoryLayout>() == 80);
@@ -384,7 +422,9 @@ const _: () = {
     assert!(offset_of!(ApiTable, client_create) == 40 + 10 * 8);
     assert!(offset_of!(ApiTable, client_compile) == 40 + 20 * 8);
     assert!(offset_of!(ApiTable, executable_destroy) == 40 + 40 * 8);
+    assert!(offset_of!(ApiTable, executable_serialize) == 40 + 49 * 8);
     assert!(offset_of!(ApiTable, loaded_executable_execute) == 40 + 55 * 8);
+    assert!(offset_of!(ApiTable, executable_deserialize_and_load) == 40 + 56 * 8);
     assert!(offset_of!(ApiTable, buffer_to_host_buffer) == 40 + 70 * 8);
     assert!(size_of::<ApiTable>() == 40 + 138 * 8);
 };
@@ -777,21 +817,36 @@ impl ClientHandle {
         api.call(api.table.client_compile, "PJRT_Client_Compile", &mut args)?;
         let raw =
             NonNull::new(args.executable).ok_or_else(|| plugin_fault("PJRT_Client_Compile returned no executable"))?;
+        self.loaded(raw)
+    }
+
+    /// `PJRT_Executable_DeserializeAndLoad` of bytes from [`ExecutableHandle::serialize`],
+    /// with the compile options (and so the devices) it was compiled with.
+    pub(crate) fn deserialize(self: &Arc<Self>, bytes: &[u8]) -> Result<ExecutableHandle> {
+        let api = self.api;
+        let mut args = ExecutableDeserializeAndLoadArgs::new();
+        args.client = self.raw.as_ptr();
+        args.serialized_executable = bytes.as_ptr().cast();
+        args.serialized_executable_size = bytes.len();
+        api.call(api.table.executable_deserialize_and_load, "PJRT_Executable_DeserializeAndLoad", &mut args)?;
+        let raw = NonNull::new(args.loaded_executable)
+            .ok_or_else(|| plugin_fault("PJRT_Executable_DeserializeAndLoad returned no executable"))?;
+        self.loaded(raw)
+    }
+
+    /// Takes ownership of a loaded executable and reads what the safe API needs of it.
+    fn loaded(self: &Arc<Self>, raw: NonNull<RawLoadedExecutable>) -> Result<ExecutableHandle> {
+        let api = self.api;
+        // From here on, dropping `exe` destroys the raw executable.
         let mut exe = ExecutableHandle { client: Arc::clone(self), raw, num_outputs: 0, devices: Vec::new() };
 
         // The number of outputs lives on the unloaded executable view.
-        let mut args = LoadedExecutableGetExecutableArgs::new();
-        args.loaded_executable = raw.as_ptr();
-        api.call(api.table.loaded_executable_get_executable, "PJRT_LoadedExecutable_GetExecutable", &mut args)?;
-        let view = args.executable;
+        let view = exe.view()?;
         let mut args = ExecutableNumOutputsArgs::new();
         args.executable = view;
         let counted = api.call(api.table.executable_num_outputs, "PJRT_Executable_NumOutputs", &mut args);
-        let mut destroy = ExecutableDestroyArgs::new();
-        destroy.executable = view;
-        let destroyed = api.call(api.table.executable_destroy, "PJRT_Executable_Destroy", &mut destroy);
+        exe.destroy_view(view)?;
         counted?;
-        destroyed?;
         exe.num_outputs = args.num_outputs;
 
         let mut args = LoadedExecutableAddressableDevicesArgs::new();
@@ -871,6 +926,45 @@ unsafe impl Send for ExecutableHandle {}
 unsafe impl Sync for ExecutableHandle {}
 
 impl ExecutableHandle {
+    /// `PJRT_LoadedExecutable_GetExecutable`: the unloaded view, which the caller must
+    /// give back to [`Self::destroy_view`].
+    fn view(&self) -> Result<*mut RawExecutable> {
+        let api = self.client.api;
+        let mut args = LoadedExecutableGetExecutableArgs::new();
+        args.loaded_executable = self.raw.as_ptr();
+        api.call(api.table.loaded_executable_get_executable, "PJRT_LoadedExecutable_GetExecutable", &mut args)?;
+        Ok(args.executable)
+    }
+
+    fn destroy_view(&self, view: *mut RawExecutable) -> Result<()> {
+        let api = self.client.api;
+        let mut args = ExecutableDestroyArgs::new();
+        args.executable = view;
+        api.call(api.table.executable_destroy, "PJRT_Executable_Destroy", &mut args)
+    }
+
+    /// `PJRT_Executable_Serialize`: the plugin's own format, which only the same plugin
+    /// build reads back ([`ClientHandle::deserialize`]).
+    pub(crate) fn serialize(&self) -> Result<Vec<u8>> {
+        let api = self.client.api;
+        let view = self.view()?;
+        let mut args = ExecutableSerializeArgs::new();
+        args.executable = view;
+        let serialized = api.call(api.table.executable_serialize, "PJRT_Executable_Serialize", &mut args);
+        // SAFETY: on success the plugin gives `serialized_bytes_size` bytes that live until
+        // the deleter runs, which happens right after the copy.
+        let bytes =
+            serialized.map(|()| unsafe { vec_from(args.serialized_bytes.cast::<u8>(), args.serialized_bytes_size) });
+        if let (Some(delete), false) = (args.serialized_executable_deleter, args.serialized_executable.is_null()) {
+            // SAFETY: the deleter the plugin returned, called once on its own object.
+            unsafe { delete(args.serialized_executable) };
+        }
+        let destroyed = self.destroy_view(view);
+        let bytes = bytes?;
+        destroyed?;
+        Ok(bytes)
+    }
+
     /// Outputs per device.
     pub(crate) fn num_outputs(&self) -> usize {
         self.num_outputs
