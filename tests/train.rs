@@ -188,11 +188,61 @@ fn a_resumed_run_equals_an_uninterrupted_one() {
     assert_fails(&o, "checkpoint.safetensors does not exist");
 }
 
+/// Whether two records agree: integers exactly, floats to 1e-4 relative (XLA fuses the
+/// program batched over seeds its own way, which moves the last bits).
+fn close_records(a: &metrics::Record, b: &metrics::Record) -> bool {
+    b.iter().all(|(k, v)| match (a.get(k), v) {
+        (Some(x), _) if x.is_u64() || x.is_null() => x == v,
+        (Some(x), v) => x.as_f64().zip(v.as_f64()).is_some_and(|(x, y)| (x - y).abs() <= 1e-4 * y.abs().max(1e-2)),
+        (None, _) => false,
+    })
+}
+
+/// `--seeds 2 --seed 5` trains seeds 5 and 6 in one program: each seed's records are what
+/// a solo run with that seed logs, on one device and on two; its checkpoint has a seed
+/// axis, and resuming it continues the same runs.
+#[test]
+fn a_batch_of_seeds_learns_as_its_solo_runs_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for devices in ["1", "2"] {
+        let many = dir.path().join(format!("many{devices}"));
+        train_ok(&many, 5, 3, &["--seeds", "2", "--devices", devices]);
+        let records = metrics_of(&many);
+        assert_eq!(records.len(), 6, "one record per seed and call");
+        for seed in [5, 6] {
+            let solo = dir.path().join(format!("solo{seed}-{devices}"));
+            train_ok(&solo, seed, 3, &["--devices", devices]);
+            let mine: Vec<&metrics::Record> = records.iter().filter(|r| r["seed"] == seed).collect();
+            let theirs = metrics_of(&solo);
+            assert_eq!(mine.len(), theirs.len());
+            for (a, b) in mine.iter().zip(&theirs) {
+                assert!(close_records(a, b), "seed {seed} on {devices} device(s):\n batched {a:?}\n solo    {b:?}");
+            }
+        }
+    }
+    let many = dir.path().join("many1");
+    let (arrays, meta) = checkpoint::load(&many).expect("checkpoint");
+    assert_eq!(meta["config"]["seeds"], 2);
+    for (name, a) in &arrays {
+        // The PRNG keys are stacked per device first: [devices, seeds, 2].
+        let seed_axis = usize::from(name == "rng");
+        assert_eq!(a.shape[seed_axis], 2, "`{name}` has a seed axis: {:?}", a.shape);
+    }
+    let ms = many.to_str().expect("utf-8");
+    let resumed = dir.path().join("resumed");
+    train_ok(&resumed, 5, 4, &["--seeds", "2", "--resume", ms]);
+    let whole = dir.path().join("whole");
+    train_ok(&whole, 5, 4, &["--seeds", "2"]);
+    assert_eq!(metrics_of(&resumed), metrics_of(&whole));
+    let o = train_tiny(&dir.path().join("other"), 5, 4, &["--resume", ms]);
+    assert_fails(&o, "its `seeds` is 2, this run's is null; resume with the same flags");
+}
+
 #[test]
 fn learners_stay_identical_across_two_devices() {
     let (prog, diags) = podracer::driver::check_file(&tiny().join("tiny.pod")).expect("readable");
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    let shape = RunShape { envs: 4, rollout: 4, updates_per_call: 2, devices: 2 };
+    let shape = RunShape { envs: 4, rollout: 4, updates_per_call: 2, devices: 2, seeds: 1 };
     let (agent, env) = match agent_and_env(&prog, "Tiny", shape) {
         Ok(ae) => ae,
         Err(d) => panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])),
@@ -203,7 +253,7 @@ fn learners_stay_identical_across_two_devices() {
     assert_eq!(t.learner_on(1).expect("download"), initial, "init differs between devices");
     let mut episodes = 0;
     for call in 0..4 {
-        let r = t.step().expect("a call");
+        let [r] = &t.step().expect("a call")[..] else { panic!("one seed, one report") };
         for (name, v) in &r.metrics {
             assert!(v.is_finite(), "call {call}: `{name}` is {v}");
         }
@@ -356,7 +406,11 @@ fn catch_a2c_learns_catch_in_release() {
     let out: PathBuf = dir.path().join("catch");
     let records = release_train(&out, &["examples/catch_a2c.pod", "--total-steps", "500000", "--seed", "0"]);
     let ret = final_return(&records);
-    assert!(ret >= 0.9, "A2C did not learn Catch: final mean return {ret:.3}; the curve ends\n{}", curve_tail(&records));
+    assert!(
+        ret >= 0.9,
+        "A2C did not learn Catch: final mean return {ret:.3}; the curve ends\n{}",
+        curve_tail(&records)
+    );
     let png = fs::read(out.join("curve.png")).expect("curve.png");
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "curve.png is not a PNG");
 }

@@ -250,6 +250,10 @@ struct ShapeArgs {
     /// Devices to replicate over (CPU devices come from the CPU plugin).
     #[arg(long, default_value_t = 1)]
     devices: usize,
+    /// Independent runs in one program (Anakin): seeds `--seed` .. `--seed + N - 1`, each
+    /// with `--envs` environments.
+    #[arg(long, default_value_t = 1)]
+    seeds: usize,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -270,6 +274,7 @@ impl ShapeArgs {
             rollout: self.rollout,
             updates_per_call: self.updates_per_call,
             devices: self.devices,
+            seeds: self.seeds,
         }
     }
 }

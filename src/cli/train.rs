@@ -26,12 +26,14 @@ pub struct Sizes {
     pub rollout: Option<usize>,
     pub updates_per_call: usize,
     pub devices: usize,
+    pub seeds: usize,
 }
 
 impl Sizes {
     pub(super) fn shape(&self, prog: &Program, agent: &str) -> RunShape {
         let rollout = self.rollout.or_else(|| crate::elab::agent::fixed_rollout(prog, agent)).unwrap_or(16);
-        RunShape { envs: self.envs, rollout, updates_per_call: self.updates_per_call, devices: self.devices }
+        let (envs, updates_per_call, devices, seeds) = (self.envs, self.updates_per_call, self.devices, self.seeds);
+        RunShape { envs, rollout, updates_per_call, devices, seeds }
     }
 }
 
@@ -54,7 +56,8 @@ pub struct TrainArgs {
 
 /// An agent's Anakin programs at `podc train`'s default sizes, for `podc build`.
 pub fn anakin_programs_at_defaults(prog: &Program, agent: &str) -> Result<AnakinPrograms, Failure> {
-    let sizes = Sizes { envs: DEFAULT_ENVS, rollout: None, updates_per_call: DEFAULT_UPDATES_PER_CALL, devices: 1 };
+    let sizes =
+        Sizes { envs: DEFAULT_ENVS, rollout: None, updates_per_call: DEFAULT_UPDATES_PER_CALL, devices: 1, seeds: 1 };
     let shape = sizes.shape(prog, agent);
     let (agent, env) = agent_and_env(prog, agent, shape).map_err(|d| {
         emit_stderr(&prog.map, &[*d]);
@@ -141,6 +144,10 @@ pub(super) fn config(a: &TrainArgs, agent: &str, shape: RunShape) -> Value {
         "devices": shape.devices,
         "seed": a.seed,
     });
+    // Only a run of several seeds says so, so that the configs of others stay as they were.
+    if shape.seeds > 1 {
+        cfg["seeds"] = json!(shape.seeds);
+    }
     if !a.load.overrides.is_empty() {
         cfg["overrides"] = overrides::to_json(&a.load.overrides);
     }
@@ -169,7 +176,13 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let resumed = match &a.resume {
         Some(dir) => {
             let (arrays, meta) = checkpoint::load(dir).map_err(|e| e.to_string())?;
-            for (k, v) in cfg.as_object().expect("an object") {
+            let keys = cfg
+                .as_object()
+                .expect("an object")
+                .keys()
+                .chain(meta["config"].as_object().into_iter().flat_map(|o| o.keys()));
+            for k in keys {
+                let v = cfg.get(k).unwrap_or(&Value::Null);
                 if k != "file" && meta["config"][k] != *v {
                     let msg = format!(
                         "cannot resume from `{}`: its `{k}` is {}, this run's is {v}; resume with the same flags",
@@ -200,8 +213,12 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let per_call = shape.steps_per_call();
     let total_calls = a.total_steps.div_ceil(per_call);
     if !a.quiet {
+        let seeds = match shape.seeds {
+            1 => String::new(),
+            n => format!("{n} seeds x "),
+        };
         eprintln!(
-            "training `{}` ({}): {} envs on {} device(s), {} steps x {} updates per call, compiled in {:.1} s",
+            "training `{}` ({}): {seeds}{} envs on {} device(s), {} steps x {} updates per call, compiled in {:.1} s",
             t.agent,
             a.file.display(),
             shape.envs,
@@ -215,15 +232,20 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let start = Instant::now();
     let mut last = Instant::now();
     while calls < total_calls {
-        let report = t.step()?;
+        let reports = t.step()?;
         calls += 1;
         let now = Instant::now();
-        let sps = per_call as f64 / now.duration_since(last).as_secs_f64();
+        // Throughput counts every seed's steps; `env_steps` each seed's own.
+        let sps = (per_call * shape.seeds as u64) as f64 / now.duration_since(last).as_secs_f64();
         last = now;
         let env_steps = calls * per_call;
         let updates = calls * shape.updates_per_call as u64;
-        log.append(&record(&report, env_steps, updates, sps, start.elapsed().as_secs_f64()))?;
-        bar.update(env_steps, report.episode_return);
+        let wall_s = start.elapsed().as_secs_f64();
+        for (i, report) in reports.iter().enumerate() {
+            let seed = (shape.seeds > 1).then_some(a.seed + i as i64);
+            log.append(&record(report, seed, env_steps, updates, sps, wall_s))?;
+        }
+        bar.update(env_steps, mean_return(&reports));
         if calls % a.checkpoint_every == 0 || calls == total_calls {
             save(&t, &a.out, &cfg, calls, env_steps)?;
         }
@@ -231,7 +253,7 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     bar.finish();
     let records = metrics::read(&a.out)?;
     let title = format!("{} on {}", t.agent, t.env);
-    plot::plot_curve(&a.out.join("curve.png"), &plot::curve_points(&records), &title)?;
+    plot::plot_curves(&a.out.join("curve.png"), &plot::seed_curves(&records), &title)?;
     if !a.quiet {
         let last_return = records.iter().rev().find_map(|r| r.get("episode_return").and_then(Value::as_f64));
         eprintln!(
@@ -242,6 +264,12 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// The mean over seeds of the mean episode returns (of the seeds whose episodes ended).
+fn mean_return(reports: &[crate::train::anakin::Report]) -> Option<f64> {
+    let returns: Vec<f64> = reports.iter().filter_map(|r| r.episode_return).collect();
+    (!returns.is_empty()).then(|| returns.iter().sum::<f64>() / returns.len() as f64)
 }
 
 fn save(t: &Trainer, dir: &Path, cfg: &Value, calls: u64, env_steps: u64) -> Result<(), Failure> {
@@ -278,7 +306,7 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         // A call returns once its metrics are downloaded, so it has finished.
         let t0 = Instant::now();
         t.step()?;
-        runs.push(shape.steps_per_call() as f64 / t0.elapsed().as_secs_f64());
+        runs.push((shape.steps_per_call() * shape.seeds as u64) as f64 / t0.elapsed().as_secs_f64());
     }
     let mut sorted = runs.clone();
     sorted.sort_by(f64::total_cmp);
@@ -296,6 +324,7 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
                 "rollout": s.rollout,
                 "updates_per_call": s.updates_per_call,
                 "devices": s.devices,
+                "seeds": s.seeds,
             })
         );
     } else {

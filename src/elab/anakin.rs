@@ -45,6 +45,9 @@ pub struct Leaf {
     pub name: String,
     pub ty: ArrayTy,
     pub kind: LeafKind,
+    /// Whether the array has a leading seed axis (see [`with_seeds`]); a per-environment
+    /// array's environments are then its second axis.
+    pub seeded: bool,
 }
 
 /// How an array of the state is spread over the devices.
@@ -88,7 +91,7 @@ pub fn anakin_programs(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape
             _ if i == rng => LeafKind::PerDevice,
             _ => LeafKind::PerEnv,
         };
-        state.push(Leaf { name, ty: init.types[v.0 as usize].clone(), kind });
+        state.push(Leaf { name, ty: init.types[v.0 as usize].clone(), kind, seeded: false });
     }
     let train = train_program(prog, agent, env, shape, &state);
     let mut metrics: Vec<String> = ["return_sum", "length_sum", "episodes"].map(String::from).to_vec();
@@ -96,6 +99,25 @@ pub fn anakin_programs(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape
         metrics.extend(Ty::struct_fields(def, args).into_iter().map(|(n, _)| n));
     }
     AnakinPrograms { init, train, state, metrics }
+}
+
+/// The programs for `seeds` independent runs in one: `init` and `train` batched by `vmap`
+/// over a leading seed axis of every state array (the learner included) and metric.
+/// `init` takes one key per seed, `[seeds, 2]`. Seed `i`'s run computes what a solo run
+/// from its key computes: `vmap` adds an axis and changes no operation (XLA may fuse the
+/// batched program differently, which can move floats by rounding).
+pub fn with_seeds(p: AnakinPrograms, seeds: usize) -> AnakinPrograms {
+    let init = vmap(&p.init, &[true, false], seeds);
+    let train = vmap(&p.train, &vec![true; p.train.graph.params.len()], seeds);
+    let state = p
+        .state
+        .into_iter()
+        .map(|l| {
+            let shape = std::iter::once(seeds).chain(l.ty.shape.iter().copied()).collect();
+            Leaf { ty: ArrayTy::new(l.ty.dtype, shape), seeded: true, ..l }
+        })
+        .collect();
+    AnakinPrograms { init, train, state, metrics: p.metrics }
 }
 
 /// The dotted paths of a type's arrays, in flattening order.

@@ -9,7 +9,7 @@
 
 use crate::array::{Array, ArrayTy, Data};
 use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
-use crate::elab::anakin::{AnakinPrograms, Leaf, LeafKind, Shape, anakin_programs};
+use crate::elab::anakin::{AnakinPrograms, Leaf, LeafKind, Shape, anakin_programs, with_seeds};
 use crate::elab::env::{EnvFuncs, build_env};
 use crate::lower::stablehlo::lower_module_donating;
 use crate::resolve::Program;
@@ -25,15 +25,22 @@ pub struct RunShape {
     pub rollout: usize,
     pub updates_per_call: usize,
     pub devices: usize,
+    /// Independent runs batched in one program (seeds `seed .. seed + seeds - 1`), each
+    /// with `envs` environments.
+    pub seeds: usize,
 }
 
 impl RunShape {
-    /// Env steps per call, over all devices.
+    /// Env steps per call of each seed's run, over all devices (what `env_steps` and
+    /// `--total-steps` count).
     pub fn steps_per_call(&self) -> u64 {
         (self.envs * self.rollout * self.updates_per_call) as u64
     }
 
     pub fn check(&self) -> Result<(), String> {
+        if self.seeds == 0 {
+            return Err("`--seeds` must be positive".into());
+        }
         if self.envs == 0 || self.devices == 0 || !self.envs.is_multiple_of(self.devices) {
             return Err(format!("`--envs {}` must be a positive multiple of `--devices {}`", self.envs, self.devices));
         }
@@ -57,7 +64,7 @@ pub struct Trainer<'c> {
     state: Vec<Vec<Buffer>>,
 }
 
-/// One call's metrics, reduced over the devices.
+/// One call's metrics for one seed, reduced over the devices.
 pub struct Report {
     /// Mean return and length of the episodes that ended during the call (`None` if none).
     pub episode_return: Option<f64>,
@@ -105,7 +112,10 @@ impl<'c> Trainer<'c> {
         shape.check()?;
         let per_device =
             Shape { envs: shape.envs / shape.devices, steps: shape.rollout, updates: shape.updates_per_call };
-        let programs = anakin_programs(prog, agent, env, per_device);
+        let programs = match anakin_programs(prog, agent, env, per_device) {
+            p if shape.seeds > 1 => with_seeds(p, shape.seeds),
+            p => p,
+        };
         let d = shape.devices;
         let donated = programs.state.len();
         let train =
@@ -128,11 +138,18 @@ impl<'c> Trainer<'c> {
         self.train.cache_status()
     }
 
-    /// A fresh state from `seed`: the same learner on every device, each device's own
-    /// environments. The init program runs once, so it runs in the reference interpreter
-    /// rather than paying an XLA compile (its loops, the orthogonal inits, cost seconds).
+    /// A fresh state from `seed` (seeds `seed ..` for several): the same learner on every
+    /// device, each device's own environments. The init program runs once, so it runs in
+    /// the reference interpreter rather than paying an XLA compile (its loops, the
+    /// orthogonal inits, cost seconds).
     pub fn init(&mut self, seed: i64) -> Result<(), String> {
-        let key = crate::io::seed_key(seed);
+        let key = match self.shape.seeds {
+            1 => crate::io::seed_key(seed),
+            n => {
+                let keys: Vec<u32> = (0..n as i64).flat_map(|i| words(&crate::io::seed_key(seed + i))).collect();
+                Array::new(vec![n, 2], Data::U32(keys))
+            }
+        };
         let mut state = vec![];
         for d in 0..self.shape.devices {
             let values =
@@ -145,15 +162,17 @@ impl<'c> Trainer<'c> {
         Ok(())
     }
 
-    /// Runs one call: `K` updates on every device. Returns its metrics.
-    pub fn step(&mut self) -> Result<Report, String> {
+    /// Runs one call: `K` updates on every device. Returns its metrics, one report per
+    /// seed.
+    pub fn step(&mut self) -> Result<Vec<Report>, String> {
         let refs: Vec<Vec<&Buffer>> = self.state.iter().map(|s| s.iter().collect()).collect();
         let mut outs = self.train.execute_replicated(&refs).map_err(|e| e.to_string())?;
         let n = self.programs.state.len();
-        let metrics: Vec<f64> = outs[0][n..]
+        // Each metric: one value per seed.
+        let metrics: Vec<Vec<f64>> = outs[0][n..]
             .iter()
             .map(|b| match b.download().map(|a| a.data) {
-                Ok(Data::F32(v)) => Ok(v[0] as f64),
+                Ok(Data::F32(v)) => Ok(v.iter().map(|&x| f64::from(x)).collect()),
                 Ok(_) => Err("a metric is not f32".to_string()),
                 Err(e) => Err(e.to_string()),
             })
@@ -162,14 +181,19 @@ impl<'c> Trainer<'c> {
             o.truncate(n);
         }
         self.state = outs;
-        let episodes = metrics[2];
-        let mean = |sum: f64| (episodes > 0.0).then(|| sum / episodes);
-        Ok(Report {
-            episode_return: mean(metrics[0]),
-            episode_length: mean(metrics[1]),
-            episodes: episodes as u64,
-            metrics: self.programs.metrics[3..].iter().cloned().zip(metrics[3..].iter().copied()).collect(),
-        })
+        let names = &self.programs.metrics[3..];
+        Ok((0..self.shape.seeds)
+            .map(|s| {
+                let episodes = metrics[2][s];
+                let mean = |sum: f64| (episodes > 0.0).then(|| sum / episodes);
+                Report {
+                    episode_return: mean(metrics[0][s]),
+                    episode_length: mean(metrics[1][s]),
+                    episodes: episodes as u64,
+                    metrics: names.iter().cloned().zip(metrics[3..].iter().map(|m| m[s])).collect(),
+                }
+            })
+            .collect())
     }
 
     /// The learner's arrays on one device.
@@ -221,7 +245,7 @@ impl<'c> Trainer<'c> {
             }
             let parts = match leaf.kind {
                 LeafKind::Shared => vec![a.clone(); d],
-                LeafKind::PerEnv | LeafKind::PerDevice => split_parts(a, &leaf.ty, d),
+                LeafKind::PerEnv | LeafKind::PerDevice => split_parts(a, leaf, d),
             };
             for (dev, p) in parts.iter().enumerate() {
                 state[dev].push(self.client.upload(p, dev).map_err(|e| e.to_string())?);
@@ -232,35 +256,74 @@ impl<'c> Trainer<'c> {
     }
 }
 
-/// A state array's type in a checkpoint: the devices' parts joined along the first axis
-/// (environments) or stacked (PRNG keys); the learner once.
+/// A state array's type in a checkpoint: the devices' parts joined along the environment
+/// axis or stacked (PRNG keys); the learner once.
 pub fn saved_ty(leaf: &Leaf, devices: usize) -> ArrayTy {
     let mut shape = leaf.ty.shape.clone();
     match leaf.kind {
         LeafKind::Shared => {}
-        LeafKind::PerEnv => shape[0] *= devices,
+        LeafKind::PerEnv => shape[usize::from(leaf.seeded)] *= devices,
         LeafKind::PerDevice => shape.insert(0, devices),
     }
     ArrayTy::new(leaf.ty.dtype, shape)
 }
 
+/// How many seeds' rows the devices' parts of `leaf` interleave when joined: with a seed
+/// axis, a per-environment array is joined seed by seed.
+fn seed_rows(leaf: &Leaf) -> usize {
+    match (leaf.kind, leaf.seeded) {
+        (LeafKind::PerEnv, true) => leaf.ty.shape[0],
+        _ => 1,
+    }
+}
+
 /// Joins the devices' parts of an array into its [`saved_ty`].
 pub fn join_parts(parts: &[&Array], leaf: &Leaf) -> Array {
-    let bytes: Vec<u8> = parts.iter().flat_map(|p| p.to_bytes()).collect();
-    Array::from_bytes(&saved_ty(leaf, parts.len()), &bytes).expect("each part has the leaf's type")
+    let rows = seed_rows(leaf);
+    let bytes: Vec<Vec<u8>> = parts.iter().map(|p| p.to_bytes()).collect();
+    let chunk = bytes[0].len() / rows;
+    let joined: Vec<u8> =
+        (0..rows).flat_map(|r| bytes.iter().flat_map(move |b| &b[r * chunk..(r + 1) * chunk])).copied().collect();
+    Array::from_bytes(&saved_ty(leaf, parts.len()), &joined).expect("each part has the leaf's type")
 }
 
 /// The inverse of [`join_parts`], for an array already checked to have the saved type: the
-/// devices' parts, each of type `part`.
-pub fn split_parts(a: &Array, part: &ArrayTy, devices: usize) -> Vec<Array> {
-    let bytes = a.to_bytes();
-    let n = bytes.len() / devices;
-    (0..devices).map(|i| Array::from_bytes(part, &bytes[i * n..(i + 1) * n]).expect("checked size")).collect()
+/// devices' parts.
+pub fn split_parts(a: &Array, leaf: &Leaf, devices: usize) -> Vec<Array> {
+    let (bytes, rows) = (a.to_bytes(), seed_rows(leaf));
+    let chunk = bytes.len() / rows / devices;
+    (0..devices)
+        .map(|d| {
+            let part: Vec<u8> = (0..rows)
+                .flat_map(|r| &bytes[(r * devices + d) * chunk..(r * devices + d + 1) * chunk])
+                .copied()
+                .collect();
+            Array::from_bytes(&leaf.ty, &part).expect("checked size")
+        })
+        .collect()
 }
 
-/// A report as a `metrics.jsonl` record.
-pub fn record(report: &Report, env_steps: u64, updates: u64, steps_per_sec: f64, wall_s: f64) -> Map<String, Value> {
+/// A key's two words.
+fn words(key: &Array) -> Vec<u32> {
+    match &key.data {
+        Data::U32(w) => w.clone(),
+        d => unreachable!("a key is u32, not {d:?}"),
+    }
+}
+
+/// A report as a `metrics.jsonl` record; `seed` is the run's, for a run of several.
+pub fn record(
+    report: &Report,
+    seed: Option<i64>,
+    env_steps: u64,
+    updates: u64,
+    steps_per_sec: f64,
+    wall_s: f64,
+) -> Map<String, Value> {
     let mut r = Map::new();
+    if let Some(s) = seed {
+        r.insert("seed".into(), json!(s));
+    }
     r.insert("env_steps".into(), json!(env_steps));
     r.insert("updates".into(), json!(updates));
     r.insert("episode_return".into(), json!(report.episode_return));

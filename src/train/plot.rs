@@ -1,4 +1,5 @@
-//! The learning curve: mean episode return against environment steps, as an 800x500 PNG.
+//! The learning curve: mean episode return against environment steps, as an 800x500 PNG;
+//! for a run of several seeds, each seed's curve, light, and their mean.
 //!
 //! Text needs a font, and plotters' pure-Rust `ab_glyph` backend loads none by itself, so
 //! the first plot looks for a common system font (DejaVu Sans, Liberation Sans, Arial).
@@ -17,6 +18,8 @@ pub const WIDTH: u32 = 800;
 pub const HEIGHT: u32 = 500;
 /// The line's colour (matplotlib's first).
 pub const LINE: RGBColor = RGBColor(31, 119, 180);
+/// Each seed's line under the mean: `LINE` half way to white.
+pub const SEED_LINE: RGBColor = RGBColor(143, 187, 217);
 
 const FAMILY: &str = "podracer-sans";
 const FONT_PATHS: &[&str] = &[
@@ -48,18 +51,58 @@ pub fn curve_points(records: &[Record]) -> Vec<(f64, f64)> {
     records.iter().filter_map(|r| Some((num(r, "env_steps")?, num(r, "episode_return")?))).collect()
 }
 
+/// Each seed's points (see [`curve_points`]), in the order the seeds first appear; records
+/// without a `seed` field are one run's.
+pub fn seed_curves(records: &[Record]) -> Vec<Vec<(f64, f64)>> {
+    let mut seeds: Vec<Option<i64>> = vec![];
+    for r in records {
+        let s = r.get("seed").and_then(serde_json::Value::as_i64);
+        if !seeds.contains(&s) {
+            seeds.push(s);
+        }
+    }
+    let seed_of = |r: &Record| r.get("seed").and_then(serde_json::Value::as_i64);
+    let curves: Vec<Vec<(f64, f64)>> = seeds
+        .iter()
+        .map(|&s| curve_points(&records.iter().filter(|r| seed_of(r) == s).cloned().collect::<Vec<_>>()))
+        .collect();
+    if curves.is_empty() { vec![vec![]] } else { curves }
+}
+
+/// The mean of several curves at every step any of them has a point at.
+fn mean_curve(curves: &[Vec<(f64, f64)>]) -> Vec<(f64, f64)> {
+    let mut xs: Vec<f64> = curves.iter().flatten().map(|p| p.0).collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    xs.into_iter()
+        .map(|x| {
+            let ys: Vec<f64> = curves.iter().flatten().filter(|p| p.0 == x).map(|p| p.1).collect();
+            (x, ys.iter().sum::<f64>() / ys.len() as f64)
+        })
+        .collect()
+}
+
 /// Draws the curve through `points` (env steps, mean return) to the PNG file `path`.
 /// Non-finite points are skipped; no points give empty axes.
 pub fn plot_curve(path: &Path, points: &[(f64, f64)], title: &str) -> io::Result<()> {
-    draw(path, points, title, system_font())
+    plot_curves(path, &[points.to_vec()], title)
 }
 
-fn draw(path: &Path, points: &[(f64, f64)], title: &str, text: bool) -> io::Result<()> {
+/// [`plot_curve`] for one curve per seed: each drawn light, their mean over them.
+pub fn plot_curves(path: &Path, curves: &[Vec<(f64, f64)>], title: &str) -> io::Result<()> {
+    draw(path, curves, title, system_font())
+}
+
+fn draw(path: &Path, curves: &[Vec<(f64, f64)>], title: &str, text: bool) -> io::Result<()> {
     if !path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
         let msg = format!("{}: the learning curve is written as PNG; name it `*.png`", path.display());
         return Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
     }
-    let points: Vec<(f64, f64)> = points.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect();
+    let finite = |c: &Vec<(f64, f64)>| -> Vec<(f64, f64)> {
+        c.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect()
+    };
+    let curves: Vec<Vec<(f64, f64)>> = curves.iter().map(finite).collect();
+    let points: Vec<(f64, f64)> = curves.iter().flatten().copied().collect();
     let xs = span(points.iter().map(|p| p.0), 0.0);
     let ys = span(points.iter().map(|p| p.1), 0.05);
     let err = |e: DrawingAreaErrorKind<_>| io::Error::other(format!("{}: {e}", path.display()));
@@ -82,7 +125,16 @@ fn draw(path: &Path, points: &[(f64, f64)], title: &str, text: bool) -> io::Resu
             .axis_desc_style((FAMILY, 16));
     }
     mesh.draw().map_err(err)?;
-    chart.draw_series(LineSeries::new(points, LINE.stroke_width(2))).map_err(err)?;
+    let main = match &curves[..] {
+        [one] => one.clone(),
+        several => {
+            for c in several {
+                chart.draw_series(LineSeries::new(c.clone(), SEED_LINE.stroke_width(1))).map_err(err)?;
+            }
+            mean_curve(several)
+        }
+    };
+    chart.draw_series(LineSeries::new(main, LINE.stroke_width(2))).map_err(err)?;
     root.present().map_err(err)
 }
 
@@ -164,7 +216,7 @@ mod tests {
         let path = dir.path().join("curve.png");
         // `draw` with `text: false` must not ask plotters for any font: `FAMILY` may be
         // registered by another test, but the default family never is.
-        draw(&path, &[(0.0, 1.0), (1e5, 3.0), (2e5, f64::NAN), (3e5, 2.0)], "t", false).unwrap();
+        draw(&path, &[vec![(0.0, 1.0), (1e5, 3.0), (2e5, f64::NAN), (3e5, 2.0)]], "t", false).unwrap();
         let (w, h, px) = decode(&path);
         assert_eq!((w, h), (WIDTH, HEIGHT));
         assert!(count(&px, WHOLE, |p| p == LINE_PX) > 500);
@@ -199,6 +251,30 @@ mod tests {
         .map(|v| v.as_object().unwrap().clone())
         .collect();
         assert_eq!(curve_points(&recs), vec![(200.0, 1.5), (400.0, -2.0)]);
+    }
+
+    #[test]
+    fn several_seeds_are_drawn_light_under_their_mean() {
+        let recs: Vec<Record> = (0..3)
+            .flat_map(|i| {
+                (1..40)
+                    .map(move |s| json!({"seed": 7 + i, "env_steps": s * 1000, "episode_return": (s * (i + 1)) as f64}))
+            })
+            .map(|v| v.as_object().unwrap().clone())
+            .collect();
+        let curves = seed_curves(&recs);
+        assert_eq!(curves.len(), 3);
+        assert_eq!(curves[1][0], (1000.0, 2.0));
+        assert_eq!(mean_curve(&curves)[0], (1000.0, 2.0), "the mean of 1, 2 and 3");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("seeds.png");
+        plot_curves(&path, &curves, "three seeds").unwrap();
+        let (_, _, px) = decode(&path);
+        let seed_px = [SEED_LINE.0, SEED_LINE.1, SEED_LINE.2];
+        let n = count(&px, WHOLE, |p| p == seed_px);
+        assert!(n > 200, "the seeds' lines: {n} pixels");
+        assert!(count(&px, WHOLE, |p| p == LINE_PX) > 500, "the mean's line");
+        assert_eq!(seed_curves(&recs[..0]), vec![vec![]], "no records: one empty curve");
     }
 
     #[test]

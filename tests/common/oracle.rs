@@ -169,7 +169,7 @@ pub fn check(
         batched_agrees(Some(client), &env.step, &states)?;
     }
     if let Some((name, steps, envs)) = agent {
-        let run = RunShape { envs, rollout: steps, updates_per_call: 2, devices: 1 };
+        let run = RunShape { envs, rollout: steps, updates_per_call: 2, devices: 1, seeds: 1 };
         let (a, e) = agent_and_env(&prog, name, run).map_err(|d| format!("agent does not build:\n{}", render(&d)))?;
         let p = anakin_programs(&prog, &a, &e, Shape { envs, steps, updates: 2 });
         let state = eval_func(&p.init, &[podracer::io::seed_key(seed as i64), Array::i32(vec![], vec![0])]);

@@ -34,6 +34,9 @@ fn env_uri(prog: &Program, agent: &AgentFuncs, flags: &SebulbaFlags) -> Result<S
 
 /// The run's layout from the flags; the rollout as for Anakin.
 fn layout(prog: &Program, agent: &str, sizes: &Sizes, flags: &SebulbaFlags) -> Result<Config, Failure> {
+    if sizes.seeds != 1 {
+        return Err(Failure::Message("`--seeds` batches runs in one Anakin program; Sebulba trains one seed".into()));
+    }
     if sizes.devices != 1 {
         return Err(Failure::Message(
             "`--devices` is Anakin's: Sebulba takes `--actor-devices` and `--learner-devices`".into(),
@@ -109,7 +112,7 @@ fn sebulba_config(a: &TrainArgs, s: &Setup) -> Value {
 /// A report as a `metrics.jsonl` record: Anakin's keys, then Sebulba's.
 fn sebulba_record(r: &SebulbaReport, cfg: &Config, sps: f64, wall_s: f64) -> metrics::Record {
     let env_steps = r.updates * cfg.steps_per_update();
-    let mut rec = record(&r.report, env_steps, r.updates, sps, wall_s);
+    let mut rec = record(&r.report, None, env_steps, r.updates, sps, wall_s);
     rec.insert("policy_lag".into(), json!(r.policy_lag));
     rec.insert("actor_idle".into(), json!(r.actor_idle));
     rec.insert("learner_idle".into(), json!(r.learner_idle));

@@ -163,9 +163,10 @@ impl Sebulba {
         let mut state: Vec<Leaf> = leaf_names(&agent.info.learner, "learner")
             .into_iter()
             .zip(&programs.learner)
-            .map(|(name, ty)| Leaf { name, ty: ty.clone(), kind: LeafKind::Shared })
+            .map(|(name, ty)| Leaf { name, ty: ty.clone(), kind: LeafKind::Shared, seeded: false })
             .collect();
-        state.push(Leaf { name: "rng".into(), ty: ArrayTy::new(DType::U32, vec![2]), kind: LeafKind::PerDevice });
+        let rng = ArrayTy::new(DType::U32, vec![2]);
+        state.push(Leaf { name: "rng".into(), ty: rng, kind: LeafKind::PerDevice, seeded: false });
         Ok(Sebulba {
             client: client.clone(),
             cfg,
@@ -233,7 +234,7 @@ impl Sebulba {
             }
             let parts = match leaf.kind {
                 LeafKind::Shared => vec![a.clone(); devices.len()],
-                _ => split_parts(a, &leaf.ty, devices.len()),
+                _ => split_parts(a, leaf, devices.len()),
             };
             for (i, p) in parts.iter().enumerate() {
                 buffers[i].push(self.client.upload(p, devices[i]).map_err(|e| e.to_string())?);
