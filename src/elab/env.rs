@@ -281,7 +281,9 @@ impl Elab<'_> {
                     [lo, hi] => {
                         let (lo, hi) = (self.action_bound(lo, n), self.action_bound(hi, n));
                         let (lo, hi) = (lo?, hi?);
-                        if let Some(i) = (0..lo.len()).find(|&i| !(lo[i] < hi[i])) {
+                        if let Some(i) =
+                            (0..lo.len()).find(|&i| lo[i].partial_cmp(&hi[i]) != Some(std::cmp::Ordering::Less))
+                        {
                             let detail = format!(
                                 "the bounds must have lo < hi: component {i} has lo {:?}, hi {:?}",
                                 lo[i], hi[i]
