@@ -272,7 +272,7 @@ impl Elab<'_> {
                 _ => bad(self, "`discrete(n)` needs n ≥ 1", n.span),
             },
             ("discrete", _) => bad(self, "`discrete` takes one size", span),
-            ("box", [n, bounds @ ..]) if bounds.len() != 1 && bounds.len() <= 2 => {
+            ("box", [n, bounds @ ..]) if matches!(bounds.len(), 0 | 2) => {
                 let n = match self.static_dim(n, "the size of an action")? {
                     Dim::Known(n) if n > 0 => n,
                     _ => return bad(self, "`box(n)` needs n ≥ 1", n.span),
