@@ -75,15 +75,14 @@ fn damaged_and_foreign_entries_are_compiled_again() {
         .try_into()
         .unwrap();
 
-    let damage: [(&str, Box<dyn Fn()>); 4] = [
-        ("garbage", Box::new(|| std::fs::write(entry, b"garbage, not an executable").unwrap())),
-        ("truncated", Box::new(|| std::fs::write(entry, &good[..good.len() / 2]).unwrap())),
-        ("empty", Box::new(|| std::fs::write(entry, b"").unwrap())),
-        // A sound entry whose bytes the plugin cannot load.
-        ("foreign", Box::new(|| CompileCache::new(dir.path(), 1 << 30).put(&key, &[7; 4096]).unwrap())),
-    ];
-    for (what, damage) in damage {
-        damage();
+    for what in ["garbage", "truncated", "empty", "foreign"] {
+        match what {
+            "garbage" => std::fs::write(entry, b"garbage, not an executable").unwrap(),
+            "truncated" => std::fs::write(entry, &good[..good.len() / 2]).unwrap(),
+            "empty" => std::fs::write(entry, b"").unwrap(),
+            // A sound entry whose bytes the plugin cannot load.
+            _ => CompileCache::new(dir.path(), 1 << 30).put(&key, &[7; 4096]).unwrap(),
+        }
         let exe = c.compile(&text, 1).unwrap_or_else(|e| panic!("{what}: {e}"));
         assert_eq!(exe.cache_status(), CacheStatus::Miss, "{what}");
         assert_eq!(run(&exe), want, "{what}");

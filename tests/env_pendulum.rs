@@ -136,3 +136,17 @@ fn podc_sim_draws_actions_within_the_bounds() {
     let r = line["reward"].as_f64().expect("reward");
     assert!((-0.004..=0.0).contains(&r), "reward {r}");
 }
+
+#[test]
+fn podc_sim_rejects_malformed_box_actions() {
+    for actions in ["[[1.0, 2.0]]", "1,0", "[[\"a\"]]"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_podc"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(["sim", "examples/envs/pendulum.pod", "--actions", actions])
+            .output()
+            .expect("podc runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{actions}: {err}");
+        assert!(err.contains("`--actions` for `box(1, -2.0, 2.0)`") && !err.contains("panicked"), "{actions}: {err}");
+    }
+}

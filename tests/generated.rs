@@ -71,6 +71,8 @@ fn generated_programs_compile_to_what_the_interpreter_computes() {
         let envs = made.iter().filter(|p| p.env.is_some()).count() as u64;
         let agents = made.iter().filter(|p| p.agent.is_some()).count() as u64;
         assert!(envs * 20 > n && agents * 40 > n, "{envs} envs and {agents} agents in {n} programs");
+        let boxes = made.iter().filter(|p| p.source.contains("action: box(")).count() as u64;
+        assert!(boxes * 40 > n, "only {boxes} of {n} programs have an env with `box` actions");
         let batch_of_structs = |src: &str| {
             src.split('S').skip(1).any(|w| w.trim_start_matches(|c: char| c.is_ascii_digit()).starts_with('['))
         };

@@ -247,8 +247,8 @@ fn pod_equals_device_step(file: &str, steps: usize) {
     for (t, a) in batches.iter().enumerate() {
         env.step(a, &mut out).unwrap();
         let kt = keys(seed, t as i32 + 1, b);
-        for i in 0..b {
-            let mut args = states[i].clone();
+        for (i, state) in states.iter_mut().enumerate() {
+            let mut args = state.clone();
             args.extend([row(a, i), row(&kt, i)]);
             let o = run(&step, &args);
             // o: state.., t, obs, reward, terminated, truncated, final_obs
@@ -259,7 +259,7 @@ fn pod_equals_device_step(file: &str, steps: usize) {
             assert_eq!(o[k + 3].data, Data::Bool(vec![out.truncated[i]]), "truncated of env {i} at step {t}");
             assert_eq!(o[k + 4], row(&out.final_obs_array(&spec).unwrap(), i), "final_obs of env {i} at step {t}");
             ended += usize::from(out.done(i));
-            states[i] = o[..k].to_vec();
+            *state = o[..k].to_vec();
         }
     }
     assert!(ended > 0, "the run should cross episode ends");

@@ -182,6 +182,30 @@ fn impala_with_behaviour_runs_under_both_drivers() {
     }
 }
 
+/// Continuous actions through Sebulba: the Pendulum PPO agent, written for an `extern env`
+/// with a `box` action space, trains on host envs: the `.pod` env through `pod:` (no
+/// Python) and Gymnasium's Pendulum-v1 through a worker.
+#[test]
+fn box_actions_train_on_host_envs() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = std::fs::read_to_string(root().join("examples/pendulum_ppo.pod")).unwrap();
+    let decl = "extern env Pendulum { observation: f32[3], action: box(1, -2.0, 2.0), time_limit: 200 }";
+    let agent = dir.path().join("pendulum_ppo.pod");
+    std::fs::write(&agent, src.replace("use envs::pendulum::Pendulum;", decl)).unwrap();
+    let python = cache_python();
+    for (name, uri) in [("pod", "pod:examples/envs/pendulum.pod"), ("gym", "gymnasium:Pendulum-v1")] {
+        let out = dir.path().join(name);
+        let o = podc(&["train", agent.to_str().unwrap(), "--env", uri, "-q", "--envs", "8", "--updates-per-call", "1"])
+            .args(["--total-steps", "2048", "--out", out.to_str().unwrap(), "--python", python.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{uri}: {}", stderr(&o));
+        let r = records(&out);
+        assert_eq!(r.last().unwrap()["env_steps"], 2048, "{uri}");
+        assert!(r.iter().all(|x| x["loss"].as_f64().is_some_and(f64::is_finite)), "{uri}: {r:?}");
+    }
+}
+
 /// The actor program takes the policy's leaves only: for PPO, the actor MLP's, not the
 /// critic's or the optimiser state's.
 #[test]

@@ -375,6 +375,24 @@ fn final_return(records: &[metrics::Record]) -> f64 {
     sum / episodes
 }
 
+/// The continuous-action example (`examples/pendulum_ppo.pod`: a Gaussian policy, `box`
+/// actions, a behaviour record) compiles and runs a couple of updates; its learning run
+/// (5M steps) is recorded in docs/training.md, too long for CI.
+#[test]
+fn pendulum_ppo_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("pendulum");
+    let o = podc(Path::new(env!("CARGO_MANIFEST_DIR")), &["train", "examples/pendulum_ppo.pod", "--envs", "8"])
+        .args(["--updates-per-call", "1", "--total-steps", "2048", "-q", "--out"])
+        .arg(&out)
+        .output()
+        .expect("podc runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let records = metrics_of(&out);
+    assert_eq!(records.last().expect("a record")["env_steps"], 2048);
+    assert!(records.iter().all(|r| r["loss"].as_f64().is_some_and(f64::is_finite)), "{records:?}");
+}
+
 /// `podc train ARGS --out DIR` from the release binary (a debug build trains about ten
 /// times slower); the run's records.
 fn release_train(out: &Path, args: &[&str]) -> Vec<metrics::Record> {

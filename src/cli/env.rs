@@ -121,8 +121,10 @@ fn parse_actions(space: &ActionSpace, s: &str) -> Result<Vec<Array>, Failure> {
         ActionSpace::Box { n, .. } => {
             let n = *n as usize;
             let bad = || {
-                let msg = format!("`--actions` for `{space}`: a JSON list of actions, each a list of {n} numbers");
-                Failure::Message(format!("{msg} (or a number when there is one), e.g. `[[0.5], [-1.0]]`"))
+                let one = if n == 1 { " (or a number)" } else { "" };
+                let example = vec!["0.5"; n].join(", ");
+                let msg = format!("`--actions` for `{space}`: a JSON list of actions, each a list of {n} numbers{one}");
+                Failure::Message(format!("{msg}, e.g. `[[{example}], [{example}]]`"))
             };
             let v: Value = serde_json::from_str(s).map_err(|_| bad())?;
             let rows = v.as_array().ok_or_else(bad)?;

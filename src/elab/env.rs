@@ -277,7 +277,7 @@ impl Elab<'_> {
                 _ => bad(self, "`discrete(n)` needs n ≥ 1", n.span),
             },
             ("discrete", _) => bad(self, "`discrete` takes one size", span),
-            ("box", [n, bounds @ ..]) if bounds.len() != 1 && bounds.len() <= 2 => {
+            ("box", [n, bounds @ ..]) if matches!(bounds.len(), 0 | 2) => {
                 let n = match self.static_dim(n, "the size of an action")? {
                     Dim::Known(n) if n > 0 => n,
                     _ => return bad(self, "`box(n)` needs n ≥ 1", n.span),
@@ -286,7 +286,9 @@ impl Elab<'_> {
                     [lo, hi] => {
                         let (lo, hi) = (self.action_bound(lo, n), self.action_bound(hi, n));
                         let (lo, hi) = (lo?, hi?);
-                        if let Some(i) = (0..lo.len()).find(|&i| !(lo[i] < hi[i])) {
+                        if let Some(i) =
+                            (0..lo.len()).find(|&i| lo[i].partial_cmp(&hi[i]) != Some(std::cmp::Ordering::Less))
+                        {
                             let detail = format!(
                                 "the bounds must have lo < hi: component {i} has lo {:?}, hi {:?}",
                                 lo[i], hi[i]

@@ -118,6 +118,13 @@ pub struct Program {
     pub agent: Option<(String, usize, usize)>,
 }
 
+/// An env's action space, as the agent needs it: `discrete(n)` or `box(n)`.
+#[derive(Clone, Copy)]
+enum Action {
+    Discrete(usize),
+    Box(usize),
+}
+
 /// Writes one program: a `main`, and with some probability an env and an agent.
 pub fn program(c: &mut Choices) -> Program {
     let mut g = Gen { c, structs: vec![], items: vec![], fresh: 0, budget: 120 };
@@ -897,15 +904,25 @@ impl Gen<'_> {
 
     // ------------------------------------------------------------ envs and agents
 
-    /// An env `E` with a state struct; returns its name, observation size and actions.
-    fn env(&mut self) -> (String, usize, usize) {
+    /// An env `E` with a state struct; returns its name, observation size and action type:
+    /// `i32` for `discrete(n)`, or `f32[n]` for `box(n)`, bounded or not.
+    fn env(&mut self) -> (String, usize, Action) {
         let (obs, actions) = (1 + self.c.below(4), 2 + self.c.below(3));
+        let (action, space) = match self.c.below(4) {
+            0 => (Action::Box(actions - 1), format!("box({})", actions - 1)),
+            1 => (Action::Box(actions), format!("box({actions}, -1.0, [{}])", vec!["2.5"; actions].join(", "))),
+            _ => (Action::Discrete(actions), format!("discrete({actions})")),
+        };
+        let (a_ty, a_show) = match action {
+            Action::Discrete(_) => (scalar(D::I), "i32".to_string()),
+            Action::Box(n) => (f(&[n]), format!("f32[{n}]")),
+        };
         let state = self.struct_ty(1, false);
         let st = self.show(&state);
         let ks = Scope { vars: vec![("key".into(), Ty::Key)], ..Scope::default() };
         let reset = self.expr(&state, &ks, 3);
         let ss = Scope {
-            vars: vec![("s".into(), state.clone()), ("a".into(), scalar(D::I)), ("key".into(), Ty::Key)],
+            vars: vec![("s".into(), state.clone()), ("a".into(), a_ty), ("key".into(), Ty::Key)],
             ..Scope::default()
         };
         let next = self.expr(&state, &ss, 3);
@@ -919,31 +936,41 @@ impl Gen<'_> {
         self.items.push(format!(
             "env E {{
     observation: f32[{obs}]
-    action: discrete({actions}){limit}
+    action: {space}{limit}
     fn reset(key: Key) -> {st} {{ {reset} }}
-    fn step(s: {st}, a: i32, key: Key) -> Step<{st}> {{
+    fn step(s: {st}, a: {a_show}, key: Key) -> Step<{st}> {{
         Step {{ state: {next}, reward: {reward}, terminated: {terminated}, truncated: {truncated} }}
     }}
     fn observe(s: {st}) -> f32[{obs}] {{ {observe} }}
 }}"
         ));
-        ("E".into(), obs, actions)
+        ("E".into(), obs, action)
     }
 
-    /// An agent for the env with a fixed rollout; returns its name, steps and envs.
-    fn agent(&mut self, env: &str, obs: usize, actions: usize) -> (String, usize, usize) {
+    /// An agent for the env with a fixed rollout; returns its name, steps and envs. It
+    /// samples a discrete action from logits, or a `box` action around a mean.
+    fn agent(&mut self, env: &str, obs: usize, action: Action) -> (String, usize, usize) {
         let (t, b) = (1 + self.c.below(3), 1 + self.c.below(3));
         let p = self.struct_ty(1, true);
         let ps = self.show(&p);
         let ks = Scope { vars: vec![("key".into(), Ty::Key)], ..Scope::default() };
         let init = self.expr(&p, &ks, 3);
         let act_scope = Scope { vars: vec![("p".into(), p.clone()), ("obs".into(), f(&[obs]))], ..Scope::default() };
+        let (actions, traj_action, sample, ret) = match action {
+            Action::Discrete(n) => {
+                (n, Ty::Arr(D::I, vec![t, b]), "categorical(key, agent_logits(p, obs))".to_string(), "i32".to_string())
+            }
+            Action::Box(n) => {
+                (n, f(&[t, b, n]), format!("agent_logits(p, obs) + normal(key, [{n}])"), format!("f32[{n}]"))
+            }
+        };
         let logits = self.expr(&f(&[actions]), &act_scope, 3);
+        let traj_show = self.show(&traj_action);
         let loss_scope = Scope {
             vars: vec![
                 ("p".into(), p.clone()),
                 ("obs".into(), f(&[t, b, obs])),
-                ("action".into(), Ty::Arr(D::I, vec![t, b])),
+                ("action".into(), traj_action),
                 ("reward".into(), f(&[t, b])),
             ],
             diff: true,
@@ -955,11 +982,11 @@ impl Gen<'_> {
         self.items.push(format!(
             "struct AgentMetrics {{ loss: f32, other: f32 }}
 fn agent_logits(p: {ps}, obs: f32[{obs}]) -> f32[{actions}] {{ {logits} }}
-fn agent_loss(p: {ps}, obs: f32[{t}, {b}, {obs}], action: i32[{t}, {b}], reward: f32[{t}, {b}]) -> f32 {{ {loss} }}
-fn agent_metric(p: {ps}, obs: f32[{t}, {b}, {obs}], action: i32[{t}, {b}], reward: f32[{t}, {b}]) -> f32 {{ {metric} }}
+fn agent_loss(p: {ps}, obs: f32[{t}, {b}, {obs}], action: {traj_show}, reward: f32[{t}, {b}]) -> f32 {{ {loss} }}
+fn agent_metric(p: {ps}, obs: f32[{t}, {b}, {obs}], action: {traj_show}, reward: f32[{t}, {b}]) -> f32 {{ {metric} }}
 agent A for {env} {{
     fn init(key: Key) -> {ps} {{ {init} }}
-    fn act(p: {ps}, obs: f32[{obs}], key: Key) -> i32 {{ categorical(key, agent_logits(p, obs)) }}
+    fn act(p: {ps}, obs: f32[{obs}], key: Key) -> {ret} {{ {sample} }}
     fn update(p: {ps}, traj: Trajectory<{t}, {b}>, key: Key) -> ({ps}, AgentMetrics) {{
         let (l, g) = value_and_grad(agent_loss, p, traj.obs, traj.action, traj.reward);
         let m = agent_metric(p, traj.obs, traj.action, traj.reward);
