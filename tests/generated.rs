@@ -73,6 +73,10 @@ fn generated_programs_compile_to_what_the_interpreter_computes() {
         assert!(envs * 20 > n && agents * 40 > n, "{envs} envs and {agents} agents in {n} programs");
         let boxes = made.iter().filter(|p| p.source.contains("action: box(")).count() as u64;
         assert!(boxes * 40 > n, "only {boxes} of {n} programs have an env with `box` actions");
+        for what in ["fn initial_carry", "fn auto_reset"] {
+            let count = made.iter().filter(|p| p.source.contains(what)).count() as u64;
+            assert!(count * 80 > n, "only {count} of {n} programs have `{what}`");
+        }
         let batch_of_structs = |src: &str| {
             src.split('S').skip(1).any(|w| w.trim_start_matches(|c: char| c.is_ascii_digit()).starts_with('['))
         };

@@ -6,7 +6,8 @@
 //! have, from the variables in scope, helpers made on demand (plain, generic over a size,
 //! batched by `vmap`, differentiated by `grad`), structs, tuples, `if`, `where`, `for`
 //! loops, indexing, slicing, `.set`, reductions, `@`, layout builtins and random draws. A
-//! program is a `main` and, sometimes, an `env` and an `agent` for it.
+//! program is a `main` and, sometimes, an `env` (discrete or `box` actions, sometimes an
+//! `auto_reset`) and an `agent` for it (sometimes with a carry).
 //!
 //! Choices are drawn from [`Choices`], which reads the fuzzer's bytes first and a seeded
 //! generator after them, so every program is reproducible from its seed or its bytes.
@@ -929,6 +930,13 @@ impl Gen<'_> {
         let reward = self.expr(&scalar(D::F), &ss, 2);
         let terminated = self.expr(&scalar(D::B), &ss, 2);
         let truncated = if self.c.chance(50) { "false".to_string() } else { self.expr(&scalar(D::B), &ss, 2) };
+        // Sometimes an `auto_reset` that may keep something of the ended episode's state.
+        let auto_reset = if self.c.chance(30) {
+            let rs = Scope { vars: vec![("s".into(), state.clone()), ("key".into(), Ty::Key)], ..Scope::default() };
+            format!("\n    fn auto_reset(s: {st}, key: Key) -> {st} {{ {} }}", self.expr(&state, &rs, 3))
+        } else {
+            String::new()
+        };
         let os = Scope { vars: vec![("s".into(), state)], ..Scope::default() };
         let observe = self.expr(&f(&[obs]), &os, 3);
         let limit =
@@ -941,14 +949,15 @@ impl Gen<'_> {
     fn step(s: {st}, a: {a_show}, key: Key) -> Step<{st}> {{
         Step {{ state: {next}, reward: {reward}, terminated: {terminated}, truncated: {truncated} }}
     }}
-    fn observe(s: {st}) -> f32[{obs}] {{ {observe} }}
+    fn observe(s: {st}) -> f32[{obs}] {{ {observe} }}{auto_reset}
 }}"
         ));
         ("E".into(), obs, action)
     }
 
     /// An agent for the env with a fixed rollout; returns its name, steps and envs. It
-    /// samples a discrete action from logits, or a `box` action around a mean.
+    /// samples a discrete action from logits, or a `box` action around a mean; sometimes it
+    /// carries a value from step to step (`initial_carry`).
     fn agent(&mut self, env: &str, obs: usize, action: Action) -> (String, usize, usize) {
         let (t, b) = (1 + self.c.below(3), 1 + self.c.below(3));
         let p = self.struct_ty(1, true);
@@ -965,6 +974,26 @@ impl Gen<'_> {
             }
         };
         let logits = self.expr(&f(&[actions]), &act_scope, 3);
+        // The carry, if any: its declaration, `act`'s parameter and result, and what
+        // `update` reads of `traj.carry` (an `f32` array carry adds to a metric).
+        let (carry_fn, carry_param, act_ret, act_body, carry_read) = if self.c.chance(35) {
+            let c = if self.c.chance(50) { f(&[1 + self.c.below(3)]) } else { self.struct_ty(1, false) };
+            let cs = self.show(&c);
+            let start = self.expr(&c, &Scope::default(), 2);
+            let mut next_scope = act_scope.clone();
+            next_scope.vars.push(("c".into(), c.clone()));
+            let next = self.expr(&c, &next_scope, 3);
+            let read = if matches!(c, Ty::Arr(D::F, _)) { " + sum(traj.carry)" } else { "" };
+            (
+                format!("\n    fn initial_carry() -> {cs} {{ {start} }}"),
+                format!(", c: {cs}"),
+                format!("({ret}, {cs})"),
+                format!("({sample}, {next})"),
+                read,
+            )
+        } else {
+            (String::new(), String::new(), ret.clone(), sample.clone(), "")
+        };
         let traj_show = self.show(&traj_action);
         let loss_scope = Scope {
             vars: vec![
@@ -985,11 +1014,11 @@ fn agent_logits(p: {ps}, obs: f32[{obs}]) -> f32[{actions}] {{ {logits} }}
 fn agent_loss(p: {ps}, obs: f32[{t}, {b}, {obs}], action: {traj_show}, reward: f32[{t}, {b}]) -> f32 {{ {loss} }}
 fn agent_metric(p: {ps}, obs: f32[{t}, {b}, {obs}], action: {traj_show}, reward: f32[{t}, {b}]) -> f32 {{ {metric} }}
 agent A for {env} {{
-    fn init(key: Key) -> {ps} {{ {init} }}
-    fn act(p: {ps}, obs: f32[{obs}], key: Key) -> {ret} {{ {sample} }}
+    fn init(key: Key) -> {ps} {{ {init} }}{carry_fn}
+    fn act(p: {ps}{carry_param}, obs: f32[{obs}], key: Key) -> {act_ret} {{ {act_body} }}
     fn update(p: {ps}, traj: Trajectory<{t}, {b}>, key: Key) -> ({ps}, AgentMetrics) {{
         let (l, g) = value_and_grad(agent_loss, p, traj.obs, traj.action, traj.reward);
-        let m = agent_metric(p, traj.obs, traj.action, traj.reward);
+        let m = agent_metric(p, traj.obs, traj.action, traj.reward){carry_read};
         (p - 0.01 * {pmean}, AgentMetrics {{ loss: l, other: m }})
     }}
 }}"
