@@ -21,6 +21,7 @@ pub mod cli;
 pub mod diag;
 pub mod driver;
 pub mod elab;
+pub mod animation;
 pub mod host;
 pub mod io;
 pub mod ir;

@@ -3,7 +3,9 @@
 use super::{Failure, load};
 use crate::array::{Array, Data};
 use crate::diag::emit_stderr;
-use crate::elab::env::{ActionSpace, EnvFuncs, bench_program, build_env, env_names, fold_in_program};
+use crate::elab::env::{
+    ActionSpace, EnvFuncs, bench_program, build_env, env_names, fold_in_program, render_step_program,
+};
 use crate::lower::stablehlo::lower_module;
 use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable};
@@ -48,21 +50,33 @@ pub struct SimArgs<'a> {
     pub state: Option<&'a str>,
     pub actions: Option<&'a str>,
     pub steps: Option<usize>,
+    /// `--gif FILE` and its frames per second.
+    pub gif: Option<(&'a Path, u32)>,
 }
 
 /// `podc sim`: resets with `key(seed)`, optionally overrides state fields, then takes one
 /// step per action with key `fold_in(key(seed), t + 1)`, printing one JSON line per step
 /// with the step's observation (the final one when the episode ends; the env then
-/// auto-resets for the next step).
+/// auto-resets for the next step). With `--gif`, it also renders the states into an
+/// animated GIF: the first, then the one each step ends in (before an auto-reset); with
+/// neither `--actions` nor `--steps` it then stops when the first episode ends.
 pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let prog = load(a.file, a.source)?;
     let env = env_funcs(&prog, a.file, a.env)?;
+    if a.gif.is_some() {
+        super::eval::needs_render(&env)?;
+    }
+    let one_episode = a.gif.is_some() && a.actions.is_none() && a.steps.is_none();
     let space = &env.info.action;
     let actions: Vec<Array> = match a.actions {
         Some(s) => parse_actions(space, s)?,
         None => {
             let mut rng = SplitMix(a.seed as u64);
-            (0..a.steps.unwrap_or(10)).map(|_| unbatched(random_actions(space, 1, &mut rng))).collect()
+            let n = match one_episode {
+                true => env.info.time_limit.unwrap_or(u64::MAX).min(super::eval::PLAY_MAX_STEPS) as usize,
+                false => a.steps.unwrap_or(10),
+            };
+            (0..n).map(|_| unbatched(random_actions(space, 1, &mut rng))).collect()
         }
     };
     let n = a.steps.map_or(actions.len(), |s| s.min(actions.len()));
@@ -84,8 +98,22 @@ pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         crate::io::override_fields(&env.info.state, &mut state[..n_state], &v)?;
     }
     let keys = fold_in_program(&prog);
+    // With `--gif`: the frames so far, and the program that draws where a step ends.
+    let mut frames = vec![];
+    let render_step = match (&env.render, render_step_program(&prog, &env)) {
+        (Some(render), Some(f)) if a.gif.is_some() => {
+            frames.push(crate::ir::eval::eval_func(render, &state[..n_state]).remove(0));
+            Some(compile(&client, &f, 1)?)
+        }
+        _ => None,
+    };
     for (t, act) in actions[..n].iter().enumerate() {
         let k = crate::ir::eval::eval_func(&keys, &[base.clone(), Array::i32(vec![], vec![t as i32 + 1])]).remove(0);
+        if let Some(exe) = &render_step {
+            let args: Vec<Array> = state[..n_state].iter().chain([act, &k]).cloned().collect();
+            let bufs = args.iter().map(|x| client.upload(x, 0)).collect::<Result<Vec<_>, _>>()?;
+            frames.extend(download(&exe.execute(&bufs.iter().collect::<Vec<_>>())?)?);
+        }
         let mut args: Vec<Array> = state.clone();
         args.push(act.clone());
         args.push(k);
@@ -101,6 +129,14 @@ pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
             "truncated": crate::io::nested_json(&out[n_state + 4]),
         });
         println!("{line}");
+        let ended = [&out[n_state + 3], &out[n_state + 4]].iter().any(|x| matches!(&x.data, Data::Bool(b) if b[0]));
+        if one_episode && ended {
+            break;
+        }
+    }
+    if let Some((path, fps)) = a.gif {
+        crate::animation::write(path, &frames, fps)?;
+        eprintln!("wrote {}: {} frames", path.display(), frames.len());
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::sync::OnceLock;
 
 mod env;
+mod eval;
 mod train;
 
 #[derive(Parser)]
@@ -55,7 +56,29 @@ enum Command {
     /// Compile an entry point and run it on the device through PJRT.
     Run(RunArgs),
     /// Run an entry point through the reference interpreter (same interface as `run`).
-    Eval(RunArgs),
+    /// With `--checkpoint DIR`, evaluate a trained agent instead: the mean, standard
+    /// deviation and distribution of the returns of `--episodes` whole episodes.
+    Eval {
+        #[command(flatten)]
+        run: RunArgs,
+        #[command(flatten)]
+        agent: eval::EvalFlags,
+    },
+    /// Play one episode with a trained agent and write it as an animated GIF (the env
+    /// must define `render`).
+    Play {
+        file: PathBuf,
+        #[command(flatten)]
+        trained: eval::TrainedArgs,
+        /// The GIF to write.
+        #[arg(long, value_name = "FILE.gif")]
+        out: PathBuf,
+        /// Frames per second of the GIF.
+        #[arg(long, default_value_t = 10)]
+        fps: u32,
+        #[command(flatten)]
+        source: SourceArgs,
+    },
     /// Step one environment with given actions; print one JSON line per step.
     Sim {
         file: PathBuf,
@@ -71,9 +94,15 @@ enum Command {
         /// Actions, comma-separated (default: random ones from the seed).
         #[arg(long, value_name = "A,A,...", allow_hyphen_values = true)]
         actions: Option<String>,
-        /// How many steps (default: one per action, or 10).
+        /// How many steps (default: one per action, or 10; with `--gif`, one episode).
         #[arg(long)]
         steps: Option<usize>,
+        /// Also write the states as an animated GIF (the env must define `render`).
+        #[arg(long, value_name = "FILE.gif")]
+        gif: Option<PathBuf>,
+        /// Frames per second of the GIF.
+        #[arg(long, default_value_t = 10, requires = "gif")]
+        fps: u32,
         #[command(flatten)]
         source: SourceArgs,
     },
@@ -311,8 +340,19 @@ pub fn main(cli: Cli) -> ExitCode {
             source.options().and_then(|o| build(&file, &o, emit, &entry, output.as_deref()))
         }
         Command::Run(a) => run(&a, Some(plugin)),
-        Command::Eval(a) => run(&a, None),
-        Command::Sim { file, env, seed, state, actions, steps, source } => source.options().and_then(|o| {
+        Command::Eval { run: a, agent } => match agent.trained.checkpoint {
+            Some(_) if a.entry != "main" || a.args.is_some() => Err(Failure::Message(
+                "`--checkpoint` evaluates an agent; `--entry` and `--args` run a function: give one or the other"
+                    .into(),
+            )),
+            Some(_) => eval::evaluate(&a.file, &a.source, &agent, a.json, plugin),
+            None => run(&a, None),
+        },
+        Command::Play { file, trained, out, fps, source } => match trained.checkpoint {
+            Some(_) => eval::play_gif(&file, &source, &trained, &out, fps, plugin),
+            None => Err(Failure::Message("`podc play` needs the trained agent's `--checkpoint DIR`".into())),
+        },
+        Command::Sim { file, env, seed, state, actions, steps, gif, fps, source } => source.options().and_then(|o| {
             let args = env::SimArgs {
                 file: &file,
                 source: &o,
@@ -321,6 +361,7 @@ pub fn main(cli: Cli) -> ExitCode {
                 state: state.as_deref(),
                 actions: actions.as_deref(),
                 steps,
+                gif: gif.as_deref().map(|p| (p, fps)),
             };
             env::sim(args, plugin)
         }),

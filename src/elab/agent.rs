@@ -17,7 +17,12 @@
 //!   carry at the start of an episode (say a GRU's hidden state). `act` then takes the
 //!   carry after the learner and returns the next one last: `fn act(l: L, c: C, obs: OBS,
 //!   key: Key) -> (A, C)` or `-> (A, B, C)`. The driver keeps a carry per environment and
-//!   sets it back to `initial_carry()` after every step that ends an episode.
+//!   sets it back to `initial_carry()` after every step that ends an episode;
+//! - optionally, `fn greedy(l: L, obs: OBS) -> A` (with a carry, `fn greedy(l: L, c: C,
+//!   obs: OBS) -> (A, C)`): the policy's most likely action, with no key, which
+//!   `podc eval --greedy` and `podc play --greedy` take instead of `act`'s sample. Only the
+//!   agent knows its distribution, so it says what its mode is (the argmax of the logits,
+//!   a Gaussian's mean).
 //!
 //! Inside an agent, `Trajectory<T, B>` is the built-in record of a rollout (time-major):
 //! `obs: OBS[T, B]`, `action: A[T, B]` (`i32[T, B]`, `f32[T, B, n]`), `reward: f32[T, B]`, `terminated`,
@@ -120,7 +125,7 @@ impl AgentFuncs {
 }
 
 /// The functions an agent may have.
-const FUNCTIONS: [&str; 4] = ["init", "act", "update", "initial_carry"];
+const FUNCTIONS: [&str; 5] = ["init", "act", "update", "initial_carry", "greedy"];
 
 /// The signature `name` should have; `carry` is the carry's type, if the agent has one.
 fn signature(name: &str, learner: &str, obs: &str, action: &str, carry: Option<&str>) -> String {
@@ -129,6 +134,8 @@ fn signature(name: &str, learner: &str, obs: &str, action: &str, carry: Option<&
         ("act", None) => format!("fn act(l: {learner}, obs: {obs}, key: Key) -> {action}"),
         ("act", Some(c)) => format!("fn act(l: {learner}, c: {c}, obs: {obs}, key: Key) -> ({action}, {c})"),
         ("initial_carry", c) => format!("fn initial_carry() -> {}", c.unwrap_or("C")),
+        ("greedy", None) => format!("fn greedy(l: {learner}, obs: {obs}) -> {action}"),
+        ("greedy", Some(c)) => format!("fn greedy(l: {learner}, c: {c}, obs: {obs}) -> ({action}, {c})"),
         _ => format!("fn update<T, B>(l: {learner}, traj: Trajectory<T, B>, key: Key) -> ({learner}, Metrics)"),
     }
 }
@@ -227,7 +234,8 @@ impl Elab<'_> {
             }
             if !FUNCTIONS.contains(&f.name.name.as_str()) {
                 let detail =
-                    "an agent has the functions `init`, `act` and `update`, and optionally `initial_carry`".to_string();
+                    "an agent has the functions `init`, `act` and `update`, and optionally `initial_carry` and `greedy`"
+                        .to_string();
                 self.err(TypeError::AgentMember { detail, span: f.name.span });
             }
         }
@@ -335,6 +343,28 @@ impl Elab<'_> {
             wrong(self, act, span, label);
             ok = false;
         }
+        // greedy(l: L, obs: OBS) -> A; with a carry, greedy(l: L, c: C, obs: OBS) -> (A, C)
+        if let Some(f) = fns.get("greedy") {
+            let (p, r) = self.signature_types(f);
+            let want: Vec<Ty> =
+                [Some(learner.clone()), carry.clone(), Some(env.observation.clone())].into_iter().flatten().collect();
+            let ret = match &carry {
+                None => action.clone(),
+                Some(c) => Ty::Tuple(vec![action.clone(), c.clone()]),
+            };
+            if p != want || r != ret {
+                let label = match p == want {
+                    true => format!("expected the most likely action of env `{}`, `{plain}`, found `{r}`", env.name),
+                    false => match carry {
+                        None => "expected the learner state and an observation, and no key".to_string(),
+                        Some(_) => "expected the learner state, the carry and an observation, and no key".to_string(),
+                    },
+                };
+                let span = if p == want { f.ret.span } else { f.name.span };
+                wrong(self, f, span, label);
+                ok = false;
+            }
+        }
         // update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M), where the
         // trajectory's sizes may also be products (`Trajectory<T, MB * 4>`) or fixed.
         let (p, r) = self.update_signature(update);
@@ -409,6 +439,49 @@ pub fn build_agent(prog: &Program, name: &str, envs: usize, steps: usize) -> Res
         None => None,
     };
     Ok(AgentFuncs { info, init, act, initial_carry, update })
+}
+
+/// What runs a trained agent without learning: its policy, for `podc eval` and `podc play`.
+pub struct PolicyFuncs {
+    pub info: AgentInfo,
+    /// `(L.., carry.., obs, key) -> (action, behaviour.., carry..)`, as [`AgentFuncs::act`].
+    pub act: Func,
+    /// `(L.., carry.., obs) -> (action, carry..)`: the agent's `greedy`, if it has one.
+    pub greedy: Option<Func>,
+    /// `() -> carry..`, for an agent with a carry.
+    pub initial_carry: Option<Func>,
+}
+
+/// Checks the agent named `name` in the root module and builds its policy's functions.
+/// `update` is checked but not built, so no rollout size is needed.
+pub fn build_policy(prog: &Program, name: &str) -> Result<PolicyFuncs, Box<Diag>> {
+    let Some((r, a)) = root_agent(prog, name) else {
+        return Err(Box::new(no_agent(prog, name)));
+    };
+    let mut cx = Elab::new(prog, None);
+    cx.module = r.module;
+    let info =
+        cx.check_agent(a).ok_or_else(|| Box::new(cx.diags.first().cloned().unwrap_or_else(|| no_agent(prog, name))))?;
+    let key = info.traj_key();
+    let built = |n: &str| match a.fns.iter().find(|f| f.name.name == n) {
+        Some(f) => derive(prog, r, &key, f, Subst::new()).map(Some),
+        None => Ok(None),
+    };
+    let act = built("act")?.expect("checked: the agent has `act`");
+    let (greedy, initial_carry) = (built("greedy")?, built("initial_carry")?);
+    Ok(PolicyFuncs { info, act, greedy, initial_carry })
+}
+
+impl PolicyFuncs {
+    /// How many arrays the carry has (0 without one).
+    pub fn carry_len(&self) -> usize {
+        self.initial_carry.as_ref().map_or(0, |f| f.graph.results.len())
+    }
+
+    /// How many arrays the learner state has.
+    pub fn learner_len(&self) -> usize {
+        self.act.graph.params.len() - self.carry_len() - 2
+    }
 }
 
 /// The rollout length that the agent's `update` fixes (`Trajectory<128, B>`), if it does.

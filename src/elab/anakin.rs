@@ -411,7 +411,7 @@ fn rollout(cx: &mut Elab, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape, star
 }
 
 /// `buf.set([t], x)`: writes row `t` of a `[T, ...]` buffer.
-fn write_row(cx: &mut Elab, buf: Var, x: Var, t: Var) -> Var {
+pub(super) fn write_row(cx: &mut Elab, buf: Var, x: Var, t: Var) -> Var {
     let b = cx.b.as_mut().expect("build mode");
     let ty = b.ty(x).clone();
     let row: Vec<usize> = std::iter::once(1).chain(ty.shape.iter().copied()).collect();

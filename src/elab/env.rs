@@ -14,7 +14,9 @@
 //!   ended) and `truncated` (the time limit, or the env's own truncation) stay distinct.
 //!   The next episode starts from `reset(key)`, or, when the env defines the optional
 //!   `auto_reset(s, key) -> S`, from that: a state that keeps what must outlive an
-//!   episode (a wrapper's running statistics) from the state `s` the episode ended in.
+//!   episode (a wrapper's running statistics) from the state `s` the episode ended in;
+//! - `render(s) -> f32[H, W, 3]`, when the env defines it: a picture of a state, RGB in
+//!   [0, 1], that `podc play` and `podc sim --gif` turn into animations.
 //!
 //! Both branches of the reset are computed and selected, which is what batching needs.
 
@@ -83,6 +85,8 @@ pub struct EnvInfo {
     pub action: ActionSpace,
     pub time_limit: Option<u64>,
     pub state: Ty,
+    /// `[H, W]` of the frames of `render(s) -> f32[H, W, 3]`, if the env defines it.
+    pub frame: Option<[usize; 2]>,
 }
 
 /// The functions derived from an environment, ready to compile.
@@ -97,6 +101,22 @@ pub struct EnvFuncs {
     /// an env against its reference from injected states and keys:
     /// `(state.., action, key: u32[2]) -> (state.., obs, reward, terminated, truncated)`.
     pub raw_step: Func,
+    /// `(state..) -> f32[H, W, 3]`: the env's `render`, if it has one.
+    pub render: Option<Func>,
+}
+
+/// The env functions that may be left out.
+const OPTIONAL: [&str; 2] = ["auto_reset", "render"];
+
+/// `[H, W]` of a frame type, `f32[H, W, 3]` with known sizes.
+fn frame_size(t: &Ty) -> Option<[usize; 2]> {
+    match t {
+        Ty::Array(DType::F32, d) => match d[..] {
+            [Dim::Known(h), Dim::Known(w), Dim::Known(3)] if h > 0 && w > 0 => Some([h as usize, w as usize]),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// The expected signature of each env function, given the state, observation and action types.
@@ -106,6 +126,7 @@ fn signature(name: &str, state: &str, obs: &str, action: &str) -> Option<String>
         "step" => Some(format!("fn step(s: {state}, a: {action}, key: Key) -> Step<{state}>")),
         "observe" => Some(format!("fn observe(s: {state}) -> {obs}")),
         "auto_reset" => Some(format!("fn auto_reset(s: {state}, key: Key) -> {state}")),
+        "render" => Some(format!("fn render(s: {state}) -> f32[H, W, 3]")),
         _ => None,
     }
 }
@@ -187,16 +208,26 @@ impl Elab<'_> {
         let state = state?;
         let key = super::random::key_ty();
         let step_ty = if state.is_error() { Ty::Error } else { Ty::Struct(self.step_def(state.clone()), vec![]) };
-        let want: [(&str, Vec<Ty>, Ty); 4] = [
+        // A frame is RGB of any fixed height and width: what `render` declares, when that fits.
+        let declared_frame = fns.get("render").map(|f| self.signature_types(f).1).and_then(|t| frame_size(&t));
+        let frame_ty = |size: Option<[usize; 2]>| {
+            let dims = match size {
+                Some([h, w]) => [Dim::Known(h as u64), Dim::Known(w as u64)],
+                None => [Dim::Param("H".into()), Dim::Param("W".into())],
+            };
+            Ty::Array(DType::F32, dims.into_iter().chain([Dim::Known(3)]).collect())
+        };
+        let want: [(&str, Vec<Ty>, Ty); 5] = [
             ("reset", vec![key.clone()], state.clone()),
             ("step", vec![state.clone(), action_ty, key.clone()], step_ty),
             ("observe", vec![state.clone()], observation.clone().unwrap_or(Ty::Error)),
             ("auto_reset", vec![state.clone(), key], state.clone()),
+            ("render", vec![state.clone()], frame_ty(declared_frame)),
         ];
         let mut ok = missing.is_empty();
         for (name, params, ret) in want {
             let Some(f) = fns.get(name) else {
-                ok &= name == "auto_reset"; // the one that may be left out
+                ok &= OPTIONAL.contains(&name);
                 continue;
             };
             let (found_params, found_ret) = self.signature_types(f);
@@ -231,6 +262,7 @@ impl Elab<'_> {
             action: action?,
             time_limit,
             state,
+            frame: declared_frame,
         })
     }
 
@@ -261,6 +293,7 @@ impl Elab<'_> {
             action: action?,
             time_limit,
             state: Ty::unit(),
+            frame: None,
         })
     }
 
@@ -415,7 +448,11 @@ pub fn build_env(prog: &Program, name: &str) -> Result<EnvFuncs, Box<Diag>> {
     let reset = derive(prog, r, e, &info, Derived::Reset)?;
     let step = derive(prog, r, e, &info, Derived::Step)?;
     let raw_step = derive(prog, r, e, &info, Derived::RawStep)?;
-    Ok(EnvFuncs { info, reset, step, raw_step })
+    let render = match info.frame {
+        Some(_) => Some(derive(prog, r, e, &info, Derived::Render)?),
+        None => None,
+    };
+    Ok(EnvFuncs { info, reset, step, raw_step, render })
 }
 
 /// The root module's environments, in order (`podc sim` picks the only one by default).
@@ -431,6 +468,7 @@ enum Derived {
     Reset,
     Step,
     RawStep,
+    Render,
 }
 
 fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Derived) -> Result<Func, Box<Diag>> {
@@ -459,6 +497,11 @@ fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Deriv
             let mut outs = vec![next, obs];
             outs.extend(f);
             (vec![s, a, key], outs)
+        }
+        Derived::Render => {
+            let s = cx.param(info.state.clone());
+            let frame = cx.call_env(e, r.module, "render", vec![s.clone()]);
+            (vec![s], vec![frame])
         }
         Derived::Step => {
             let s = cx.param(info.state.clone());
@@ -503,6 +546,7 @@ fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Deriv
         Derived::Reset => format!("{}_reset", info.name),
         Derived::Step => format!("{}_step", info.name),
         Derived::RawStep => format!("{}_raw_step", info.name),
+        Derived::Render => format!("{}_render", info.name),
     };
     cx.finish(&name, params, results)
 }
@@ -609,4 +653,23 @@ pub fn fold_in_program(prog: &Program) -> Func {
     let k = cx.call_builtin("fold_in", vec![Arg::Val(key.clone()), Arg::Val(t.clone())], Span::default());
     let params = key.vars.into_iter().chain(t.vars).collect();
     cx.finish_internal("fold_in", params, k.vars)
+}
+
+/// `(state.., action, key: u32[2]) -> f32[H, W, 3]`: the frame of the state that the
+/// auto-resetting step with this key ends in, before any reset (the env's own `step`
+/// with the key's first half, as the derived step takes it), for `podc sim --gif`.
+pub fn render_step_program(prog: &Program, env: &EnvFuncs) -> Option<Func> {
+    let render = env.render.as_ref()?;
+    let mut cx = Elab::new(prog, Some(Builder::new()));
+    cx.scopes.push(HashMap::new());
+    let s = cx.param(env.info.state.clone());
+    let a = cx.param(env.info.action.ty());
+    let key = cx.param(super::random::key_ty());
+    let (k_step, _) = split2(&mut cx, key.clone(), Span::default());
+    let b = cx.b.as_mut().expect("build mode");
+    let args: Vec<Var> = s.vars.iter().chain(&a.vars).chain(&k_step.vars).copied().collect();
+    let outs = b.inline(&env.raw_step, &args);
+    let frame = b.inline(render, &outs[..s.vars.len()]);
+    let params = [s.vars, a.vars, key.vars].concat();
+    Some(cx.finish_internal("render_step", params, frame))
 }

@@ -18,6 +18,7 @@ mod calls;
 mod collective;
 mod control;
 pub mod env;
+pub mod episodes;
 mod expr;
 mod grad;
 mod items;

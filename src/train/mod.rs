@@ -6,6 +6,7 @@
 pub mod anakin;
 mod atomic;
 pub mod checkpoint;
+pub mod eval;
 pub mod metrics;
 pub mod plot;
 pub mod progress;
