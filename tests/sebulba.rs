@@ -243,7 +243,8 @@ fn max_policy_lag_bounds_the_lag() {
 #[test]
 fn a_recurrent_agents_carry_is_kept_by_both_drivers() {
     let dir = tempfile::tempdir().unwrap();
-    for (arch, extra) in [("anakin", &[][..]), ("sebulba", &["--env", "pod:tests/agents/recall.pod"][..])] {
+    let sebulba = ["--env", "pod:tests/agents/recall.pod", "--double-buffer"];
+    for (arch, extra) in [("anakin", &[][..]), ("sebulba", &sebulba[..])] {
         let out = dir.path().join(arch);
         let o = podc(&["train", "tests/agents/recall.pod", "--arch", arch, "-q", "--envs", "4", "--rollout", "7"])
             .args(["--updates-per-call", "2", "--total-steps", "280", "--out", out.to_str().unwrap()])
@@ -261,5 +262,19 @@ fn a_recurrent_agents_carry_is_kept_by_both_drivers() {
                 "{arch}: {rec}"
             );
         }
+    }
+}
+
+/// On CPU actor devices the actor threads step their envs as one batch unless told
+/// otherwise (the run's config records it).
+#[test]
+fn cpu_actors_step_one_batch_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    for (flag, single) in [(None, true), (Some("--double-buffer"), false), (Some("--single-buffer"), true)] {
+        let out = dir.path().join(flag.unwrap_or("default"));
+        let o = train_catch(&out, &[&["--total-steps", "256"][..], flag.as_slice()].concat());
+        assert!(o.status.success(), "{flag:?}: {}", stderr(&o));
+        let (_, meta) = podracer::train::checkpoint::load(&out).unwrap();
+        assert_eq!(meta["config"]["single_buffer"], single, "{flag:?}");
     }
 }

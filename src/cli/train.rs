@@ -88,9 +88,14 @@ pub struct SebulbaFlags {
     #[arg(long, value_name = "N")]
     pub max_policy_lag: Option<u64>,
     /// Step each actor thread's envs as one batch, not two halves that take turns
-    /// (Sebulba): half the device calls, but no overlap of stepping and acting.
-    #[arg(long)]
+    /// (Sebulba): half the device calls, but no overlap of stepping and acting. The
+    /// default on CPU actor devices, where acting and stepping share the cores.
+    #[arg(long, conflicts_with = "double_buffer")]
     pub single_buffer: bool,
+    /// Step each actor thread's envs as two halves that take turns, one stepping while
+    /// the device acts on the other (Sebulba). The default on accelerator actor devices.
+    #[arg(long)]
+    pub double_buffer: bool,
     /// Worker processes per batch of host envs (Python backends).
     #[arg(long, default_value_t = 1)]
     pub env_workers: usize,

@@ -32,8 +32,11 @@ fn env_uri(prog: &Program, agent: &AgentFuncs, flags: &SebulbaFlags) -> Result<S
     }
 }
 
-/// The run's layout from the flags; the rollout as for Anakin.
-fn layout(prog: &Program, agent: &str, sizes: &Sizes, flags: &SebulbaFlags) -> Result<Config, Failure> {
+/// The run's layout from the flags; the rollout as for Anakin. Unless a flag says,
+/// actor threads double-buffer their envs only when the actors act on an accelerator:
+/// on CPU devices acting and stepping compete for the same cores, and the second batch
+/// costs device calls without buying overlap (docs/performance.md measures both).
+fn layout(prog: &Program, agent: &str, sizes: &Sizes, flags: &SebulbaFlags, platform: &str) -> Result<Config, Failure> {
     if sizes.seeds != 1 {
         return Err(Failure::Message("`--seeds` batches runs in one Anakin program; Sebulba trains one seed".into()));
     }
@@ -56,7 +59,7 @@ fn layout(prog: &Program, agent: &str, sizes: &Sizes, flags: &SebulbaFlags) -> R
         actor_devices: flags.actor_devices.clone(),
         learner_devices: flags.learner_devices.clone(),
         max_policy_lag: flags.max_policy_lag,
-        double_buffer: !flags.single_buffer,
+        double_buffer: flags.double_buffer || (!flags.single_buffer && platform != "cpu"),
         host,
     };
     cfg.check()?;
@@ -82,15 +85,15 @@ fn setup(
 ) -> Result<Setup, Failure> {
     let start = Instant::now();
     let (prog, name, _) = prepare(file, opts, agent, &Sizes { devices: 1, ..*sizes })?;
-    let mut cfg = layout(&prog, &name, sizes, flags)?;
+    let devices = flags.actor_devices.iter().chain(&flags.learner_devices).max().map_or(1, |d| d + 1);
+    let client = super::super::open_runtime(plugin, Some(devices))?;
+    let mut cfg = layout(&prog, &name, sizes, flags, client.platform_name())?;
     let per_device = cfg.envs / cfg.learner_devices.len();
     let agent = build_agent(&prog, &name, per_device, cfg.rollout).map_err(|d| {
         emit_stderr(&prog.map, &[*d]);
         Failure::Reported
     })?;
     cfg.uri = env_uri(&prog, &agent, flags)?;
-    let devices = cfg.actor_devices.iter().chain(&cfg.learner_devices).max().map_or(1, |d| d + 1);
-    let client = super::super::open_runtime(plugin, Some(devices))?;
     Ok(Setup { prog, agent, cfg, client, start })
 }
 
