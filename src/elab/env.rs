@@ -359,7 +359,9 @@ impl Elab<'_> {
             (_, Some(crate::array::Data::F32(x))) if x.len() == 1 => Some(vec![x[0]; n as usize]),
             (_, Some(crate::array::Data::F32(x))) => Some(x),
             _ => {
-                self.err(TypeError::NotStatic { what: "a bound of `box`".into(), span: e.span });
+                let detail =
+                    "a bound of `box` must be known at compile time: a literal, a `const`, or an array of them";
+                self.err(TypeError::EnvMember { detail: detail.into(), span: e.span });
                 None
             }
         }
