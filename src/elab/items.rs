@@ -176,9 +176,11 @@ impl Elab<'_> {
             std::mem::take(&mut self.sizes),
         );
         let ty = self.resolve_ty(&c.ty);
+        // The written value is checked even when `--set` replaces it.
+        let written = self.expr_expect(&c.value, &ty);
         let v = match self.prog.override_of(r) {
             Some(o) => self.override_val(o, ty, c),
-            None => self.expr_expect(&c.value, &ty),
+            None => written,
         };
         let v = if v.known.is_none() && !v.ty.is_error() {
             self.err(TypeError::NotStatic { what: "a `const` value".into(), span: c.value.span })

@@ -106,11 +106,6 @@ impl Client {
         self
     }
 
-    /// The compilation cache, if this client has one.
-    pub fn compile_cache(&self) -> Option<&CompileCache> {
-        self.cache.as_deref()
-    }
-
     /// The plugin's platform, e.g. "cpu" or "cuda".
     pub fn platform_name(&self) -> &str {
         self.handle.platform_name()
