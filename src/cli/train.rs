@@ -222,8 +222,12 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
             1 => String::new(),
             n => format!("{n} seeds x "),
         };
+        let cached = match t.cache() {
+            crate::runtime::CacheStatus::Hit => " (loaded from the compilation cache)",
+            _ => "",
+        };
         eprintln!(
-            "training `{}` ({}): {seeds}{} envs on {} device(s), {} steps x {} updates per call, compiled in {:.1} s",
+            "training `{}` ({}): {seeds}{} envs on {} device(s), {} steps x {} updates per call, compiled in {:.1} s{cached}",
             t.agent,
             a.file.display(),
             shape.envs,
