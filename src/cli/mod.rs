@@ -57,7 +57,8 @@ enum Command {
     Run(RunArgs),
     /// Run an entry point through the reference interpreter (same interface as `run`).
     /// With `--checkpoint DIR`, evaluate a trained agent instead: the mean, standard
-    /// deviation and distribution of the returns of `--episodes` whole episodes.
+    /// deviation and distribution of the returns of `--episodes` whole episodes (with
+    /// `--json`, one object: `{"episodes", "mean_return", "std_return", ..}`).
     Eval {
         #[command(flatten)]
         run: RunArgs,
