@@ -45,6 +45,25 @@ agent Blind for Count {
 }
 "#;
 
+/// A recurrent agent on Catch whose carry counts the steps of the episode: it follows the
+/// ball while the count is below 9 (an episode's length), and moves left after that. It
+/// catches every ball only if its carry starts afresh with every episode.
+const MEMO: &str = r#"use envs::catch::Catch;
+struct Metrics { loss: f32 }
+fn aim(obs: f32[10, 5]) -> i32 {
+    let (ball, paddle) = (argmax(sum(obs[0:9], 0)), argmax(obs[9]));
+    if ball > paddle { 2 } else { if ball < paddle { 0 } else { 1 } }
+}
+fn follow(c: f32[1], obs: f32[10, 5]) -> (i32, f32[1]) { (if c[0] < 9.0 { aim(obs) } else { 0 }, c + 1.0) }
+agent Memo for Catch {
+    fn init(key: Key) -> f32 { 0.0 }
+    fn initial_carry() -> f32[1] { zeros([1]) }
+    fn act(l: f32, c: f32[1], obs: f32[10, 5], key: Key) -> (i32, f32[1]) { follow(c, obs) }
+    fn greedy(l: f32, c: f32[1], obs: f32[10, 5]) -> (i32, f32[1]) { follow(c, obs) }
+    fn update<T, B>(l: f32, traj: Trajectory<T, B>, key: Key) -> (f32, Metrics) { (l, Metrics { loss: sum(traj.carry) }) }
+}
+"#;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -61,6 +80,7 @@ fn dir() -> &'static Path {
         fs::copy(root().join("examples/envs/catch.pod"), p.join("envs/catch.pod")).expect("copy catch.pod");
         fs::write(p.join("tiny.pod"), TINY).expect("write tiny.pod");
         fs::write(p.join("blind.pod"), BLIND).expect("write blind.pod");
+        fs::write(p.join("memo.pod"), MEMO).expect("write memo.pod");
         let zeros = |shape: Vec<usize>| Array::f32(shape.clone(), vec![0.0; shape.iter().product()]);
         let save = |name: &str, arrays: Vec<(&str, Array)>, config: Value| {
             let arrays: Vec<(String, Array)> = arrays.into_iter().map(|(n, a)| (n.to_string(), a)).collect();
@@ -78,6 +98,7 @@ fn dir() -> &'static Path {
             json!({ "agent": "Tiny" }),
         );
         save("blind", vec![("learner", zeros(vec![]))], json!({ "file": "blind.pod", "agent": "Blind", "seed": 0 }));
+        save("memo", vec![("learner", zeros(vec![]))], json!({ "file": "memo.pod", "agent": "Memo", "seed": 0 }));
         dir
     })
     .path()
@@ -179,7 +200,7 @@ fn bad_input_is_a_clear_error() {
 }
 
 #[test]
-fn a_recurrent_or_greedy_agent_evaluates_from_its_checkpoint() {
+fn a_greedy_agent_evaluates_with_its_greedy() {
     let v = json_of(&podc(&["eval", "blind.pod", "--checkpoint", "blind", "--episodes", "5", "--greedy", "--json"]));
     // Blind's episodes are 3 steps of reward 1.
     assert_eq!(
@@ -187,6 +208,23 @@ fn a_recurrent_or_greedy_agent_evaluates_from_its_checkpoint() {
         (Some(3.0), Some(0.0), Some("greedy")),
         "{v}"
     );
+}
+
+#[test]
+fn a_recurrent_agent_starts_each_episode_with_its_initial_carry() {
+    // 3 environments for 12 episodes: each environment plays 4 in a row.
+    for policy in [&[][..], &["--greedy"]] {
+        let mut args = vec!["eval", "memo.pod", "--checkpoint", "memo", "--episodes", "12", "--envs", "3", "--json"];
+        args.extend(policy);
+        let v = json_of(&podc(&args));
+        assert_eq!((v["episodes"].as_u64(), v["min_return"].as_f64()), (Some(12), Some(1.0)), "{policy:?}: {v}");
+    }
+    let out = dir().join("memo.gif");
+    let o = podc(&["play", "memo.pod", "--checkpoint", "memo", "--greedy", "--out", out.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let (w, h, fs) = frames(&out);
+    assert_eq!(fs.len(), 10);
+    assert!(cells(&fs[9], w, h, PADDLE).is_empty(), "the ball is caught, hiding the paddle");
 }
 
 /// The RGBA frames of a GIF.
