@@ -85,11 +85,11 @@ fn open(file: &Path, source: &SourceArgs, a: &TrainedArgs, dir: &Path) -> Result
         }
     };
     if !agent_names(&prog).contains(&agent) {
+        let from = config["file"].as_str().map_or(String::new(), |f| format!(", trained from `{f}`"));
         return Err(Failure::Message(format!(
-            "`{}` has no agent `{agent}`, the agent the checkpoint in `{}` was trained with (it was `{}`)",
+            "`{}` has no agent `{agent}`: the checkpoint in `{}` is of agent `{agent}`{from}",
             file.display(),
             dir.display(),
-            config["file"].as_str().unwrap_or("?")
         )));
     }
     let reported = |d: Box<crate::diag::Diag>| {
