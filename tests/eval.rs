@@ -15,13 +15,15 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use tempfile::TempDir;
 
-/// A linear policy on Catch; no `greedy`.
+/// A linear policy on Catch; no `greedy`. `V`, the size of an unused array, is there to be
+/// overridden.
 const TINY: &str = r#"use envs::catch::Catch;
-struct Params { pi: f32[50, 3], v: f32[50] }
+const V: i32 = 50;
+struct Params { pi: f32[50, 3], v: f32[V] }
 struct Metrics { loss: f32 }
 fn logits(p: Params, obs: f32[10, 5]) -> f32[3] { reshape(obs, [50]) @ p.pi }
 agent Tiny for Catch {
-    fn init(key: Key) -> Params { Params { pi: normal(key, [50, 3]) * 0.01, v: zeros([50]) } }
+    fn init(key: Key) -> Params { Params { pi: normal(key, [50, 3]) * 0.01, v: zeros([V]) } }
     fn act(p: Params, obs: f32[10, 5], key: Key) -> i32 { categorical(key, logits(p, obs)) }
     fn update<T, B>(p: Params, traj: Trajectory<T, B>, key: Key) -> (Params, Metrics) { (p, Metrics { loss: 0.0 }) }
 }
@@ -70,7 +72,8 @@ fn root() -> &'static Path {
 
 /// A directory with `tiny.pod`, `blind.pod`, the `envs/catch.pod` they import, and
 /// checkpoints: `zeros` (Tiny's learner, all zeros), `seeds` (two seeds, 5 and 6, of it),
-/// `other` (another agent's) and `blind` (Blind's).
+/// `overridden` (of a run with `--set V=7`), `wide` (of another shape), `other` (another
+/// agent's), `blind` (Blind's) and `memo` (Memo's).
 fn dir() -> &'static Path {
     static DIR: OnceLock<TempDir> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -92,6 +95,8 @@ fn dir() -> &'static Path {
         let seeded = vec![("learner.pi", zeros(vec![2, 50, 3])), ("learner.v", zeros(vec![2, 50]))];
         save("seeds", seeded, json!({ "file": "tiny.pod", "agent": "Tiny", "seed": 5, "seeds": 2 }));
         save("other", tiny(), json!({ "file": "a2c.pod", "agent": "A2C", "seed": 0 }));
+        let config = json!({ "agent": "Tiny", "overrides": { "V": 7 } });
+        save("overridden", vec![("learner.pi", zeros(vec![50, 3])), ("learner.v", zeros(vec![7]))], config);
         save(
             "wide",
             vec![("learner.pi", zeros(vec![50, 4])), ("learner.v", zeros(vec![50]))],
@@ -173,6 +178,14 @@ fn eval_evaluates_each_seed_of_a_seeds_run_or_the_one_asked_for() {
     ]));
     assert_eq!((v["train_seed"].as_i64(), v["episodes"].as_u64()), (Some(6), Some(10)), "{v}");
     assert_fails(&podc(&["eval", "tiny.pod", "--checkpoint", "seeds", "--train-seed", "0"]), "trained seeds 5, 6");
+}
+
+#[test]
+fn eval_compiles_the_agent_with_the_runs_overrides() {
+    let v = json_of(&podc(&["eval", "tiny.pod", "--checkpoint", "overridden", "--episodes", "3", "--json"]));
+    assert_eq!(v["episodes"], 3, "{v}");
+    let o = podc(&["eval", "tiny.pod", "--checkpoint", "overridden", "--set", "V=8"]);
+    assert_fails(&o, "`learner.v` in the checkpoint is `f32[7]`, but agent `Tiny` has `f32[8]`");
 }
 
 #[test]
