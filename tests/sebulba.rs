@@ -278,3 +278,45 @@ fn cpu_actors_step_one_batch_by_default() {
         assert_eq!(meta["config"]["single_buffer"], single, "{flag:?}");
     }
 }
+
+/// `--set` reaches an env stepped on the host when its file is the run's root file: the
+/// `pod:` env is loaded with the run's overrides, as the Anakin program is.
+#[test]
+fn overrides_reach_a_pod_env_of_the_root_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("still.pod");
+    std::fs::write(
+        &file,
+        "const REWARD: f32 = 1.0;
+struct S { n: i32 }
+env Count {
+    observation: f32[2]
+    action: discrete(2)
+    time_limit: 5
+    fn reset(key: Key) -> S { S { n: 0 } }
+    fn step(s: S, a: i32, key: Key) -> Step<S> { Step { state: S { n: s.n + 1 }, reward: REWARD, terminated: false, truncated: false } }
+    fn observe(s: S) -> f32[2] { [s.n as f32, 1.0] }
+}
+struct M { total: f32 }
+agent Still for Count {
+    fn init(key: Key) -> f32[2] { [0.0, 0.0] }
+    fn act(w: f32[2], obs: f32[2], key: Key) -> i32 { 0 }
+    fn update<T, B>(w: f32[2], traj: Trajectory<T, B>, key: Key) -> (f32[2], M) { (w, M { total: mean(traj.reward) }) }
+}
+",
+    )
+    .unwrap();
+    let uri = format!("pod:{}", file.display());
+    for (arch, extra) in [("anakin", vec![]), ("sebulba", vec!["--arch", "sebulba"]), ("uri", vec!["--env", &uri])] {
+        let out = dir.path().join(arch);
+        let o = podc(&["train", file.to_str().unwrap(), "-q", "--envs", "4", "--rollout", "10", "--set", "REWARD=3.0"])
+            .args(["--updates-per-call", "1", "--total-steps", "80", "--out", out.to_str().unwrap()])
+            .args(&extra)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{arch}: {}", stderr(&o));
+        for r in records(&out) {
+            assert_eq!(r["episode_return"], 15.0, "{arch}: five steps of the overridden reward: {r}");
+        }
+    }
+}

@@ -322,6 +322,8 @@ fn bench_host(uri: &str, a: &BenchArgs, plugin: Option<&Path>) -> Result<(), Fai
         return Err(Failure::Message("`--envs` and `--steps` must be positive".into()));
     }
     let mut opts = crate::host::Options::new(a.envs);
+    // A `pod:` URI's file is this command's root file.
+    opts.load = a.source.clone();
     opts.env_workers = a.env_workers.max(1);
     opts.python = a.python.clone();
     opts.env_import = a.env_import.clone();

@@ -205,6 +205,9 @@ pub struct Options {
     pub max_restarts: u64,
     /// The PJRT plugin for `pod:` envs (else the usual discovery).
     pub plugin: Option<PathBuf>,
+    /// How a `pod:` env's file is loaded: `--lib` directories, and `--set` values when it
+    /// is the run's root file.
+    pub load: crate::driver::LoadOptions,
 }
 
 impl Options {
@@ -217,6 +220,7 @@ impl Options {
             step_timeout: Duration::from_secs(60),
             max_restarts: 10,
             plugin: None,
+            load: crate::driver::LoadOptions::default(),
         }
     }
 }
@@ -244,7 +248,7 @@ pub fn open(uri: &str, opts: &Options, client: Option<&Client>) -> Result<Box<dy
                     &owned
                 }
             };
-            Ok(Box::new(pod::PodEnv::new(client, &file, env_name.as_deref(), opts.num_envs)?))
+            Ok(Box::new(pod::PodEnv::new(client, &file, env_name.as_deref(), opts.num_envs, &opts.load)?))
         }
     }
 }

@@ -37,12 +37,19 @@ pub struct PodEnv {
 }
 
 impl PodEnv {
-    /// Compiles the env `name` (or the file's only env) of `file` for `num_envs` envs.
-    pub fn new(client: &Client, file: &Path, name: Option<&str>, num_envs: usize) -> Result<PodEnv, HostError> {
+    /// Compiles the env `name` (or the file's only env) of `file` for `num_envs` envs,
+    /// loading the file as `load` says.
+    pub fn new(
+        client: &Client,
+        file: &Path,
+        name: Option<&str>,
+        num_envs: usize,
+        load: &crate::driver::LoadOptions,
+    ) -> Result<PodEnv, HostError> {
         if num_envs == 0 {
             return Err(HostError::Usage("a host env batch needs at least one env".into()));
         }
-        let (prog, diags) = crate::driver::check_file(file).map_err(HostError::Pod)?;
+        let (prog, diags) = crate::driver::check_file_with(file, load).map_err(HostError::Pod)?;
         if !diags.is_empty() {
             return Err(HostError::Pod(crate::diag::render_plain(&prog.map, &diags)));
         }

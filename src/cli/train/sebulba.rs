@@ -32,6 +32,15 @@ fn env_uri(prog: &Program, agent: &AgentFuncs, flags: &SebulbaFlags) -> Result<S
     }
 }
 
+/// How a `pod:` env is loaded: with the run's `--lib` directories, and its `--set` values
+/// when the env's file is the run's root file (they name the root file's consts).
+fn pod_load(uri: &str, root: &Path, opts: &LoadOptions) -> LoadOptions {
+    let same = |a: &Path, b: &Path| a.canonicalize().ok().is_some_and(|a| b.canonicalize().ok() == Some(a));
+    let is_root = crate::host::uri::EnvUri::parse(uri)
+        .is_ok_and(|u| u.backend == crate::host::Backend::Pod && same(Path::new(&u.id), root));
+    LoadOptions { lib: opts.lib.clone(), overrides: if is_root { opts.overrides.clone() } else { vec![] } }
+}
+
 /// The run's layout from the flags; the rollout as for Anakin. Unless a flag says,
 /// actor threads double-buffer their envs only when the actors act on an accelerator:
 /// on CPU devices acting and stepping compete for the same cores, and the second batch
@@ -94,6 +103,7 @@ fn setup(
         Failure::Reported
     })?;
     cfg.uri = env_uri(&prog, &agent, flags)?;
+    cfg.host.load = pod_load(&cfg.uri, file, opts);
     Ok(Setup { prog, agent, cfg, client, start })
 }
 
