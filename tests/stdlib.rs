@@ -193,7 +193,7 @@ fn gru_step_and_backpropagation_through_time_match_flax() {
 fn gru_init_draws_flax_shaped_parameters() {
     let e = build("nn", "gru_inits");
     let key = Array::new(vec![2], Data::U32(vec![0, 3]));
-    let host = driver::eval(&e, &[key.clone()]);
+    let host = driver::eval(&e, std::slice::from_ref(&key));
     let dev = podracer::cli::run_on_device(common::client(), &e, &[key]).expect("runs on the device");
     assert_eq!(host.len(), 10, "xr.w, xr.b, xz.w, xz.b, xn.w, xn.b, hr, hz, hn.w, hn.b");
     for out in [&host, &dev] {

@@ -279,16 +279,12 @@ impl Elab<'_> {
             ok = false;
         }
         // initial_carry() -> C
-        if let (Some(f), Some(c)) = (fns.get("initial_carry"), &carry) {
-            if !f.params.is_empty() || !fixed_size(c) {
-                wrong(
-                    self,
-                    f,
-                    f.name.span,
-                    "expected no parameters, giving arrays of fixed sizes (or a tuple or struct of them)".into(),
-                );
-                ok = false;
-            }
+        if let (Some(f), Some(c)) = (fns.get("initial_carry"), &carry)
+            && (!f.params.is_empty() || !fixed_size(c))
+        {
+            let label = "expected no parameters, giving arrays of fixed sizes (or a tuple or struct of them)";
+            wrong(self, f, f.name.span, label.into());
+            ok = false;
         }
         // act(l: L, obs: OBS, key: Key) -> A or (A, B); with a carry,
         // act(l: L, c: C, obs: OBS, key: Key) -> (A, C) or (A, B, C)
