@@ -16,12 +16,12 @@
 
 #![deny(unsafe_code)]
 
+pub mod animation;
 pub mod array;
 pub mod cli;
 pub mod diag;
 pub mod driver;
 pub mod elab;
-pub mod animation;
 pub mod host;
 pub mod io;
 pub mod ir;
