@@ -1,6 +1,7 @@
 //! `podc train` and `podc bench train`: the Anakin driver from the command line.
 
 use super::{Failure, load};
+use crate::array::Array;
 use crate::diag::emit_stderr;
 use crate::driver::LoadOptions;
 use crate::elab::anakin::{AnakinPrograms, Shape, anakin_programs};
@@ -159,6 +160,24 @@ pub(super) fn config(a: &TrainArgs, agent: &str, shape: RunShape) -> Value {
     cfg
 }
 
+/// The checkpoint in `dir`, read before compiling, refused when any of its run's settings
+/// differs from this run's `cfg` (one that either side lacks counts as `null`).
+pub(super) fn resume_from(dir: &Path, cfg: &Value) -> Result<(Vec<(String, Array)>, Value), Failure> {
+    let (arrays, meta) = checkpoint::load(dir).map_err(|e| e.to_string())?;
+    let saved = &meta["config"];
+    let keys = cfg.as_object().into_iter().chain(saved.as_object()).flat_map(|o| o.keys());
+    for k in keys.filter(|k| *k != "file") {
+        let (theirs, ours) = (&saved[k], cfg.get(k).unwrap_or(&Value::Null));
+        if theirs != ours {
+            return Err(Failure::Message(format!(
+                "cannot resume from `{}`: its `{k}` is {theirs}, this run's is {ours}; resume with the same flags",
+                dir.display()
+            )));
+        }
+    }
+    Ok((arrays, meta))
+}
+
 /// A resumed run without `--set` takes the overrides its checkpoint was made with, so
 /// that it continues the same program; with `--set`, they must be the same (checked
 /// with the other flags).
@@ -178,29 +197,7 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
     let cfg = config(&a, &agent, shape);
     // A checkpoint to resume from is read, and its flags compared, before compiling.
-    let resumed = match &a.resume {
-        Some(dir) => {
-            let (arrays, meta) = checkpoint::load(dir).map_err(|e| e.to_string())?;
-            let keys = cfg
-                .as_object()
-                .expect("an object")
-                .keys()
-                .chain(meta["config"].as_object().into_iter().flat_map(|o| o.keys()));
-            for k in keys {
-                let v = cfg.get(k).unwrap_or(&Value::Null);
-                if k != "file" && meta["config"][k] != *v {
-                    let msg = format!(
-                        "cannot resume from `{}`: its `{k}` is {}, this run's is {v}; resume with the same flags",
-                        dir.display(),
-                        meta["config"][k]
-                    );
-                    return Err(Failure::Message(msg));
-                }
-            }
-            Some((dir, arrays, meta))
-        }
-        None => None,
-    };
+    let resumed = a.resume.as_deref().map(|dir| resume_from(dir, &cfg).map(|(ar, m)| (dir, ar, m))).transpose()?;
     let client = super::open_runtime(plugin, Some(shape.devices))?;
     let mut t = trainer(&client, &prog, &agent, shape)?;
     let (mut calls, mut log) = match resumed {

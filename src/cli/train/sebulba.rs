@@ -1,6 +1,6 @@
 //! `podc train --env URI` and `podc bench train --env URI`: the Sebulba driver.
 
-use super::{BenchTrainArgs, Failure, SebulbaFlags, Sizes, TrainArgs, config, prepare};
+use super::{BenchTrainArgs, Failure, SebulbaFlags, Sizes, TrainArgs, config, prepare, resume_from};
 use crate::diag::emit_stderr;
 use crate::driver::LoadOptions;
 use crate::elab::agent::{AgentFuncs, build_agent};
@@ -137,22 +137,7 @@ pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
     let s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
     let cfg = sebulba_config(&a, &s);
-    let resumed = match &a.resume {
-        Some(dir) => {
-            let (arrays, meta) = checkpoint::load(dir).map_err(|e| e.to_string())?;
-            for (k, v) in cfg.as_object().expect("an object") {
-                if k != "file" && meta["config"][k] != *v {
-                    return Err(Failure::Message(format!(
-                        "cannot resume from `{}`: its `{k}` is {}, this run's is {v}; resume with the same flags",
-                        dir.display(),
-                        meta["config"][k]
-                    )));
-                }
-            }
-            Some((dir, arrays, meta))
-        }
-        None => None,
-    };
+    let resumed = a.resume.as_deref().map(|dir| resume_from(dir, &cfg).map(|(ar, m)| (dir, ar, m))).transpose()?;
     let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
     let per_update = s.cfg.steps_per_update();
     let (start, mut log) = match resumed {
