@@ -221,7 +221,36 @@ impl Rules for Conv {
         vec![Array::new(shape, Data::F32(data))]
     }
 
+    /// One `stablehlo.convolution`, as JAX emits it, except where a dimension is padded on
+    /// one side and cropped on the other: XLA's CPU convolution computes wrong values
+    /// there (jax 0.10.2's own `conv_general_dilated` with padding `(-1, 1)` does too), so
+    /// the lhs is first padded, cropped and dilated by a `stablehlo.pad`, which is exact.
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        let mixed = self.padding.iter().any(|&(lo, hi)| (lo < 0 && hi > 0) || (lo > 0 && hi < 0));
+        if mixed {
+            let n = self.strides.len();
+            let (mut low, mut high, mut interior) = (vec![0i64; n + 2], vec![0i64; n + 2], vec![0i64; n + 2]);
+            let mut shape = arg_tys[0].shape.clone();
+            for k in 0..n {
+                let d = self.lhs_spec[k + 2];
+                (low[d], high[d]) = self.padding[k];
+                interior[d] = self.lhs_dilation[k] as i64 - 1;
+                shape[d] = (dilated(shape[d], self.lhs_dilation[k]) + low[d] + high[d]) as usize;
+            }
+            let zero = cx.constant(&Array::f32(vec![], vec![0.0]));
+            let padded_ty = ArrayTy::new(DType::F32, shape);
+            let i64s = |v: &[i64]| format!("array<i64: {}>", v.iter().map(i64::to_string).collect::<Vec<_>>().join(", "));
+            let attrs = format!(
+                "edge_padding_high = {}, edge_padding_low = {}, interior_padding = {}",
+                i64s(&high),
+                i64s(&low),
+                i64s(&interior)
+            );
+            let scalar = ArrayTy::scalar(DType::F32);
+            let padded = cx.op("stablehlo.pad", &[args[0].clone(), zero], &attrs, &[arg_tys[0].clone(), scalar], &padded_ty);
+            let plain = Conv { padding: vec![(0, 0); n], lhs_dilation: vec![1; n], ..self.clone() };
+            return plain.lower(cx, &[padded, args[1].clone()], &[padded_ty, arg_tys[1].clone()], outs);
+        }
         let pads: Vec<String> = self.padding.iter().map(|(lo, hi)| format!("[{lo}, {hi}]")).collect();
         let attrs = format!(
             "batch_group_count = {} : i64, dimension_numbers = {}, feature_group_count = {} : i64, \

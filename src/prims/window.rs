@@ -40,7 +40,8 @@ pub struct WindowMax {
 /// the derivative of [`WindowMax`]. Arguments: the source (one value per window) and the
 /// operand that was pooled; the result has the operand's shape, zero except where each
 /// window's source value was added: at the window's first maximum in row-major order
-/// (ties go to the first, as in JAX). Padding is never chosen.
+/// (ties go to the first, as in JAX). Padding counts as `-inf`, so it is chosen (and the
+/// value dropped) only when it comes first in a window whose real elements are `-inf`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SelectAndScatterAdd {
     /// The windows of the [`WindowMax`] it differentiates.
@@ -85,15 +86,15 @@ impl Windows {
         )
     }
 
-    /// For every window (row-major over the result), the flat operand positions of its
-    /// real elements, in row-major window order.
-    fn members(&self, shape: &[usize]) -> Vec<Vec<usize>> {
+    /// For every window (row-major over the result), the flat operand position of each
+    /// of its elements in row-major window order, `None` for padding.
+    fn members(&self, shape: &[usize]) -> Vec<Vec<Option<usize>>> {
         let out = self.out_shape("window", shape).expect("checked by infer");
         let st = strides(shape);
         indices(&out)
             .map(|o| {
                 indices(&self.window)
-                    .filter_map(|k| {
+                    .map(|k| {
                         let idx: Option<Vec<usize>> = (0..shape.len())
                             .map(|d| {
                                 let p = (o[d] * self.strides[d] + k[d]).checked_sub(self.padding[d].0)?;
@@ -158,7 +159,7 @@ impl Rules for WindowMax {
         let v = f32_data(x);
         let max = BinaryOp::Max.rule().fns.f32.expect("max is defined on f32");
         let members = self.windows.members(&x.shape);
-        let out = members.iter().map(|m| m.iter().fold(f32::NEG_INFINITY, |acc, &p| max(acc, v[p]))).collect();
+        let out = members.iter().map(|m| m.iter().flatten().fold(f32::NEG_INFINITY, |acc, &p| max(acc, v[p]))).collect();
         let shape = self.windows.out_shape("reduce_window_max", &x.shape).expect("checked by infer");
         vec![Array::new(shape, Data::F32(out))]
     }
@@ -221,30 +222,57 @@ impl Rules for SelectAndScatterAdd {
         let (source, x) = (f32_data(args[0]), args[1]);
         let v = f32_data(x);
         let mut out = vec![0.0f32; v.len()];
+        let at = |p: Option<usize>| p.map_or(f32::NEG_INFINITY, |p| v[p]);
         for (m, &s) in self.windows.members(&x.shape).iter().zip(source) {
             // XLA's selection: keep the current choice while `current >= candidate`.
-            let chosen = m.iter().copied().reduce(|cur, p| if v[cur] >= v[p] { cur } else { p });
-            if let Some(p) = chosen {
+            let chosen = m.iter().copied().reduce(|cur, p| if at(cur) >= at(p) { cur } else { p });
+            if let Some(Some(p)) = chosen {
                 out[p] += s;
             }
         }
         vec![Array::new(x.shape.clone(), Data::F32(out))]
     }
 
+    /// As JAX lowers it on CPU and GPU (`expand_padding`): XLA's `select_and_scatter`
+    /// with padding is unreliable there, so the operand is padded with `-inf` first and
+    /// the padding sliced off the result.
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
-        let init = cx.constant(&Array::f32(vec![], vec![0.0]));
-        let r = cx.fresh();
         let (source, x) = (&args[0], &args[1]);
+        let w = &self.windows;
+        let scalar = ArrayTy::scalar(DType::F32);
+        let padded_ty = ArrayTy::new(
+            DType::F32,
+            arg_tys[1].shape.iter().zip(&w.padding).map(|(n, (lo, hi))| n + lo + hi).collect(),
+        );
+        let lows: Vec<usize> = w.padding.iter().map(|p| p.0).collect();
+        let highs: Vec<usize> = w.padding.iter().map(|p| p.1).collect();
+        let neg_inf = cx.constant(&Array::f32(vec![], vec![f32::NEG_INFINITY]));
+        let attrs = format!(
+            "edge_padding_high = {}, edge_padding_low = {}, interior_padding = {}",
+            i64_array(&highs),
+            i64_array(&lows),
+            i64_array(&vec![0; lows.len()])
+        );
+        let padded = cx.op("stablehlo.pad", &[x.clone(), neg_inf], &attrs, &[arg_tys[1].clone(), scalar.clone()], &padded_ty);
+        let unpadded = Windows { padding: vec![(0, 0); lows.len()], ..w.clone() };
+        let zero = cx.constant(&Array::f32(vec![], vec![0.0]));
+        let r = cx.fresh();
         cx.open(&format!(
-            "{r} = \"stablehlo.select_and_scatter\"({x}, {source}, {init}) <{{{}}}> ({{",
-            self.windows.lower_attrs()
+            "{r} = \"stablehlo.select_and_scatter\"({padded}, {source}, {zero}) <{{{}}}> ({{",
+            unpadded.lower_attrs()
         ));
         region(cx, |cx, a, b, t| lower_compare(cx, CmpOp::Ge, a, b, t), DType::Bool);
         cx.reopen("}, {");
         region(cx, |cx, a, b, t| lower_binary(cx, BinaryOp::Add, a, b, t), DType::F32);
-        let scalar = ArrayTy::scalar(DType::F32);
-        cx.close(&format!("}}) : {}", fn_type(&[arg_tys[1].clone(), arg_tys[0].clone(), scalar], outs)));
-        vec![r]
+        cx.close(&format!("}}) : {}", fn_type(&[padded_ty.clone(), arg_tys[0].clone(), scalar], std::slice::from_ref(&padded_ty))));
+        let limits: Vec<usize> = lows.iter().zip(&arg_tys[1].shape).map(|(lo, n)| lo + n).collect();
+        let attrs = format!(
+            "limit_indices = {}, start_indices = {}, strides = {}",
+            i64_array(&limits),
+            i64_array(&lows),
+            i64_array(&vec![1; lows.len()])
+        );
+        vec![cx.op("stablehlo.slice", &[r], &attrs, &[padded_ty], &outs[0])]
     }
 
     /// Source and operand get their batch axes at one place (an unbatched one is
