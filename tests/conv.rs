@@ -132,3 +132,53 @@ fn conv_and_max_pool_match_jax() {
     let dev = podracer::cli::run_on_device(client(), &e, &args).expect("runs on the device");
     compare("pjrt", &dev, &checks);
 }
+
+/// `vmap` over `conv2d` and `max_pool` in the three placements (a batch of images with
+/// shared weights, shared image with a batch of kernels, both: what `--seeds N` makes),
+/// per-example gradients (`vmap` of `grad`) and the gradient of a batched loss (`grad` of
+/// `vmap`, whose derivative goes through feature and batch groups), each against a loop
+/// over the examples, on the interpreter and on PJRT.
+const BATCHED: &str = "
+const B: i32 = 3;
+fn f(x: f32[9, 8, 3], w: f32[3, 3, 3, 4]) -> f32[4, 3, 4] {
+    max_pool(conv2d(x, w, [2, 2], [[1, 1], [1, 1]]), [2, 2], [1, 1], [[0, 0], [0, 0]])
+}
+fn loss(p: (f32[9, 8, 3], f32[3, 3, 3, 4]), ct: f32[4, 3, 4]) -> f32 { let (x, w) = p; sum(f(x, w) * ct) }
+fn g(x: f32[9, 8, 3], w: f32[3, 3, 3, 4], ct: f32[4, 3, 4]) -> (f32[9, 8, 3], f32[3, 3, 3, 4]) {
+    grad(loss, (x, w), ct)
+}
+fn batch_loss(ws: f32[B, 3, 3, 3, 4], xs: f32[B, 9, 8, 3], cts: f32[B, 4, 3, 4]) -> f32 {
+    sum(vmap(f, xs, ws) * cts)
+}
+
+fn batched(xs: f32[B, 9, 8, 3], ws: f32[B, 3, 3, 3, 4], cts: f32[B, 4, 3, 4])
+    -> (f32[B, 4, 3, 4], f32[B, 4, 3, 4], f32[B, 4, 3, 4], (f32[B, 9, 8, 3], f32[B, 3, 3, 3, 4]), f32[B, 3, 3, 3, 4]) {
+    (vmap(f, xs, ws[0]), vmap(f, xs[0], ws), vmap(f, xs, ws), vmap(g, xs, ws, cts), grad(batch_loss, ws, xs, cts))
+}
+
+fn looped(xs: f32[B, 9, 8, 3], ws: f32[B, 3, 3, 3, 4], cts: f32[B, 4, 3, 4])
+    -> (f32[B, 4, 3, 4], f32[B, 4, 3, 4], f32[B, 4, 3, 4], (f32[B, 9, 8, 3], f32[B, 3, 3, 3, 4]), f32[B, 3, 3, 3, 4]) {
+    for i in 0..B carry out = (zeros([B, 4, 3, 4]), zeros([B, 4, 3, 4]), zeros([B, 4, 3, 4]), (zeros([B, 9, 8, 3]), zeros([B, 3, 3, 3, 4])), zeros([B, 3, 3, 3, 4])) {
+        let (a, b, c, (dx, dw), dws) = out;
+        let (gx, gw) = g(xs[i], ws[i], cts[i]);
+        (a.set(i, f(xs[i], ws[0])), b.set(i, f(xs[0], ws[i])), c.set(i, f(xs[i], ws[i])), (dx.set(i, gx), dw.set(i, gw)), dws.set(i, gw))
+    }
+}
+";
+
+#[test]
+fn batched_conv_matches_a_loop() {
+    let (prog, diags) = driver::check_source("batched.pod", BATCHED, None);
+    assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
+    let entry = |name| {
+        driver::build(&prog, name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
+    };
+    let mut rng = common::rng::Rng(0xC0DE);
+    let args =
+        vec![rng.f32s(&[3, 9, 8, 3], -1.0, 1.0), rng.f32s(&[3, 3, 3, 3, 4], -1.0, 1.0), rng.f32s(&[3, 4, 3, 4], -1.0, 1.0)];
+    let (batched, looped) = (entry("batched"), entry("looped"));
+    let want = driver::eval(&looped, &args);
+    let checks: Vec<Check> = want.into_iter().map(|a| Check { what: "batched".into(), want: a, tol: 1e-5 }).collect();
+    compare("interpreter", &driver::eval(&batched, &args), &checks);
+    compare("pjrt", &podracer::cli::run_on_device(client(), &batched, &args).expect("runs"), &checks);
+}
