@@ -92,12 +92,7 @@ fn program(doc: &Value) -> (String, Vec<Array>, Vec<Check>) {
         check(format!("pool {name}: value"), &ys, &c["y"], 1e-5);
         check(format!("pool {name}: d/dx"), &xs, &c["dx"], 1e-4);
     }
-    src.push_str(&format!(
-        "fn main({}) -> ({}) {{ ({}) }}\n",
-        params.join(", "),
-        out_tys.join(", "),
-        outs.join(", ")
-    ));
+    src.push_str(&format!("fn main({}) -> ({}) {{ ({}) }}\n", params.join(", "), out_tys.join(", "), outs.join(", ")));
     (src, args, checks)
 }
 
@@ -174,8 +169,11 @@ fn batched_conv_matches_a_loop() {
         driver::build(&prog, name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
     };
     let mut rng = common::rng::Rng(0xC0DE);
-    let args =
-        vec![rng.f32s(&[3, 9, 8, 3], -1.0, 1.0), rng.f32s(&[3, 3, 3, 3, 4], -1.0, 1.0), rng.f32s(&[3, 4, 3, 4], -1.0, 1.0)];
+    let args = vec![
+        rng.f32s(&[3, 9, 8, 3], -1.0, 1.0),
+        rng.f32s(&[3, 3, 3, 3, 4], -1.0, 1.0),
+        rng.f32s(&[3, 4, 3, 4], -1.0, 1.0),
+    ];
     let (batched, looped) = (entry("batched"), entry("looped"));
     let want = driver::eval(&looped, &args);
     let checks: Vec<Check> = want.into_iter().map(|a| Check { what: "batched".into(), want: a, tol: 1e-5 }).collect();

@@ -39,8 +39,8 @@ use podracer::ir::{Eqn, Func, Graph, Op, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
     AllReduce, AllReduceOp, Argmax, Argsort, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert,
-    Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Reverse, Select, Slice,
-    StopGradient, Transpose, Unary, UnaryOp,
+    Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Reverse, Select, Slice, StopGradient,
+    Transpose, Unary, UnaryOp,
 };
 use podracer::runtime::{Client, Runtime};
 

@@ -112,7 +112,12 @@ impl Elab<'_> {
             Ty::Array(DType::F32, d) if d.len() == rank => Some(v),
             Ty::Error => None,
             _ => {
-                self.err(TypeError::BadOperand { op: op.into(), ty: v.ty.clone(), span: e.span, expected: expected.into() });
+                self.err(TypeError::BadOperand {
+                    op: op.into(),
+                    ty: v.ty.clone(),
+                    span: e.span,
+                    expected: expected.into(),
+                });
                 None
             }
         }

@@ -159,7 +159,8 @@ impl Rules for WindowMax {
         let v = f32_data(x);
         let max = BinaryOp::Max.rule().fns.f32.expect("max is defined on f32");
         let members = self.windows.members(&x.shape);
-        let out = members.iter().map(|m| m.iter().flatten().fold(f32::NEG_INFINITY, |acc, &p| max(acc, v[p]))).collect();
+        let out =
+            members.iter().map(|m| m.iter().flatten().fold(f32::NEG_INFINITY, |acc, &p| max(acc, v[p]))).collect();
         let shape = self.windows.out_shape("reduce_window_max", &x.shape).expect("checked by infer");
         vec![Array::new(shape, Data::F32(out))]
     }
@@ -253,7 +254,8 @@ impl Rules for SelectAndScatterAdd {
             i64_array(&lows),
             i64_array(&vec![0; lows.len()])
         );
-        let padded = cx.op("stablehlo.pad", &[x.clone(), neg_inf], &attrs, &[arg_tys[1].clone(), scalar.clone()], &padded_ty);
+        let padded =
+            cx.op("stablehlo.pad", &[x.clone(), neg_inf], &attrs, &[arg_tys[1].clone(), scalar.clone()], &padded_ty);
         let unpadded = Windows { padding: vec![(0, 0); lows.len()], ..w.clone() };
         let zero = cx.constant(&Array::f32(vec![], vec![0.0]));
         let r = cx.fresh();
@@ -264,7 +266,10 @@ impl Rules for SelectAndScatterAdd {
         region(cx, |cx, a, b, t| lower_compare(cx, CmpOp::Ge, a, b, t), DType::Bool);
         cx.reopen("}, {");
         region(cx, |cx, a, b, t| lower_binary(cx, BinaryOp::Add, a, b, t), DType::F32);
-        cx.close(&format!("}}) : {}", fn_type(&[padded_ty.clone(), arg_tys[0].clone(), scalar], std::slice::from_ref(&padded_ty))));
+        cx.close(&format!(
+            "}}) : {}",
+            fn_type(&[padded_ty.clone(), arg_tys[0].clone(), scalar], std::slice::from_ref(&padded_ty))
+        ));
         let limits: Vec<usize> = lows.iter().zip(&arg_tys[1].shape).map(|(lo, n)| lo + n).collect();
         let attrs = format!(
             "limit_indices = {}, start_indices = {}, strides = {}",

@@ -37,7 +37,13 @@ pub fn scatter(window: &[usize], inserted: &[usize], batching: (&[usize], &[usiz
 /// NHWC/HWIO as `conv2d` makes them, strided and padded (negative padding crops), other
 /// layouts, dilations, and both kinds of groups (what batching and the derivatives make).
 pub fn convs() -> Vec<(&'static str, Prim, Vec<usize>, Vec<usize>)> {
-    let conv = |lhs: [usize; 4], rhs: [usize; 4], out: [usize; 4], strides, padding, dil: ([usize; 2], [usize; 2]), g: (usize, usize)| {
+    let conv = |lhs: [usize; 4],
+                rhs: [usize; 4],
+                out: [usize; 4],
+                strides,
+                padding,
+                dil: ([usize; 2], [usize; 2]),
+                g: (usize, usize)| {
         Prim::Conv(Conv {
             lhs_spec: lhs.to_vec(),
             rhs_spec: rhs.to_vec(),
@@ -53,7 +59,12 @@ pub fn convs() -> Vec<(&'static str, Prim, Vec<usize>, Vec<usize>)> {
     let (nhwc, hwio) = ([0, 3, 1, 2], [3, 2, 0, 1]);
     let plain = ([1, 1], [1, 1]);
     vec![
-        ("conv nhwc", conv(nhwc, hwio, nhwc, [1, 1], [(0, 0), (0, 0)], plain, (1, 1)), vec![2, 4, 5, 3], vec![2, 3, 3, 2]),
+        (
+            "conv nhwc",
+            conv(nhwc, hwio, nhwc, [1, 1], [(0, 0), (0, 0)], plain, (1, 1)),
+            vec![2, 4, 5, 3],
+            vec![2, 3, 3, 2],
+        ),
         (
             "conv strided, padded",
             conv(nhwc, hwio, nhwc, [2, 3], [(1, 0), (2, 1)], plain, (1, 1)),
