@@ -141,7 +141,11 @@ impl Elab<'_> {
             }
             Err(GradError::NotDifferentiable { prim, at }) => {
                 let at = origins.get(at.0 as usize).copied().flatten().unwrap_or(span);
-                self.err(TypeError::NotDifferentiable { what: describe(&prim), span: at, call: span })
+                let why = match prim.as_ref() {
+                    Prim::SelectAndScatterAdd(_) => "a second derivative through `max_pool` is not supported yet",
+                    _ => "its result is an integer or bool: a derivative through it would be zero, or not exist",
+                };
+                self.err(TypeError::NotDifferentiable { what: describe(&prim), why: why.into(), span: at, call: span })
             }
         }
     }
