@@ -141,11 +141,7 @@ impl Elab<'_> {
             }
             Err(GradError::NotDifferentiable { prim, at }) => {
                 let at = origins.get(at.0 as usize).copied().flatten().unwrap_or(span);
-                let why = match prim.as_ref() {
-                    Prim::SelectAndScatterAdd(_) => "a second derivative through `max_pool` is not supported yet",
-                    _ => "its result is an integer or bool: a derivative through it would be zero, or not exist",
-                };
-                self.err(TypeError::NotDifferentiable { what: describe(&prim), why: why.into(), span: at, call: span })
+                self.err(TypeError::NotDifferentiable { what: describe(&prim), span: at, call: span })
             }
         }
     }
@@ -193,7 +189,6 @@ fn describe(prim: &Prim) -> String {
         // came from (through a loop carry, say).
         Prim::Convert(c) if c.to == DType::F32 => "an integer converted to `f32`".into(),
         Prim::Convert(c) => format!("the conversion to `{}`", c.to),
-        Prim::SelectAndScatterAdd(_) => "the derivative of `max_pool` (a second derivative)".into(),
         p @ (Prim::Unary(_)
         | Prim::Binary(_)
         | Prim::Select(_)
@@ -215,6 +210,8 @@ fn describe(prim: &Prim) -> String {
         | Prim::Dot(_)
         | Prim::Conv(_)
         | Prim::WindowMax(_)
+        | Prim::SelectAndScatterAdd(_)
+        | Prim::SelectAndGatherAdd(_)
         | Prim::StopGradient(_)
         | Prim::AllReduce(_)) => format!("`{}`", p.rules().name()),
     }

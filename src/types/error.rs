@@ -219,7 +219,6 @@ pub enum TypeError {
     },
     NotDifferentiable {
         what: String,
-        why: String,
         span: Span,
         call: Span,
     },
@@ -451,10 +450,10 @@ impl TypeError {
             )
             .with_note("the first argument is differentiated: an `f32` array, or a tuple or struct of them")
             .with_help("put the parameters to differentiate first"),
-            E::NotDifferentiable { what, why, span, call } => {
+            E::NotDifferentiable { what, span, call } => {
                 Diag::new("E0227", format!("{what} is not differentiable"), span, "the loss depends on this")
                     .with_label(call, "differentiated here")
-                    .with_note(why)
+                    .with_note("its result is an integer or bool: a derivative through it would be zero, or not exist")
                     .with_help("wrap its input in `stop_gradient(...)` to treat it as a constant, or choose values with `where` instead")
             }
             E::ExpectedType { what, span } => Diag::new("E0228", format!("{what} takes a type here"), span, "not a type")

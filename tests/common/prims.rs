@@ -1,6 +1,6 @@
 //! Constructors for the primitives with many attributes, shared by the primitive tables.
 
-use podracer::prims::{Conv, Gather, Prim, Scatter, SelectAndScatterAdd, WindowMax, Windows};
+use podracer::prims::{Conv, Gather, Prim, Scatter, SelectAndGatherAdd, SelectAndScatterAdd, WindowMax, Windows};
 
 /// A `Gather`: offset and collapsed dims, (operand, indices) batching dims, the start
 /// index map and the slice sizes.
@@ -120,4 +120,9 @@ pub fn window_max(w: &Windows) -> Prim {
 /// `select_and_scatter_add` over these windows.
 pub fn select_and_scatter_add(w: &Windows) -> Prim {
     Prim::SelectAndScatterAdd(SelectAndScatterAdd { windows: w.clone() })
+}
+
+/// `select_and_gather_add` over these windows.
+pub fn select_and_gather_add(w: &Windows) -> Prim {
+    Prim::SelectAndGatherAdd(SelectAndGatherAdd { windows: w.clone() })
 }
