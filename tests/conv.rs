@@ -2,7 +2,8 @@
 //! `flax.linen.max_pool` on the generated cases of `tests/fixtures/conv/conv.json`
 //! (`gen_conv.py`: random shapes, strides and paddings, valid, same-like and asymmetric,
 //! kernels 1x1 to 8x8, strides 1 to 4, pooling inputs with ties), values and `jax.grad`
-//! of `sum(out * ct)`, on the interpreter and on PJRT.
+//! of `sum(out * ct)`, and a few second derivatives (Hessian-vector products), on the
+//! interpreter and on PJRT.
 //!
 //! Every case becomes a function of one program, and one entry computes them all, so XLA
 //! compiles a single module. Values must agree within 1e-5 and gradients within 1e-4,
@@ -32,7 +33,9 @@ fn ty(shape: &[usize]) -> String {
 }
 
 fn array(shape: &[usize], v: &Value) -> Array {
-    let data: Vec<f32> = v.as_array().expect("data").iter().map(|x| x.as_f64().expect("a number") as f32).collect();
+    // Each number is the shortest decimal of an f32: read as f32 from its text.
+    let f32_of = |x: &Value| x.to_string().parse::<f32>().expect("a number");
+    let data: Vec<f32> = v.as_array().expect("data").iter().map(f32_of).collect();
     Array::new(shape.to_vec(), Data::F32(data))
 }
 
