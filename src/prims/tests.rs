@@ -790,3 +790,17 @@ fn reverse_flips_the_given_dimensions() {
     let y = ev1(Prim::Reverse(Reverse { dims: vec![0, 1] }), vec![x]);
     assert_eq!(y.data, Data::F32(vec![6.0, 5.0, 4.0, 3.0, 2.0, 1.0]));
 }
+
+#[test]
+fn select_and_gather_add_reads_the_first_maximum() {
+    // The scatter's example read back: windows [1 3], [3 3], [3 2] choose 1, 1 (the first
+    // of the tie) and 2.
+    let w = pool(&[2], &[1], &[(0, 0)]);
+    let p = Prim::SelectAndGatherAdd(SelectAndGatherAdd { windows: w });
+    let y = ev1(p, vec![f(&[4], &[10.0, 20.0, 30.0, 40.0]), f(&[4], &[1.0, 3.0, 3.0, 2.0])]);
+    assert_eq!(y.data, Data::F32(vec![20.0, 20.0, 30.0]));
+    // A window of padding only reads 0.
+    let w = pool(&[1], &[1], &[(1, 0)]);
+    let p = Prim::SelectAndGatherAdd(SelectAndGatherAdd { windows: w });
+    assert_eq!(ev1(p, vec![f(&[1], &[5.0]), f(&[1], &[1.0])]).data, Data::F32(vec![0.0, 5.0]));
+}
