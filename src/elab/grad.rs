@@ -198,6 +198,7 @@ fn describe(prim: &Prim) -> String {
         | Prim::Reshape(_)
         | Prim::Transpose(_)
         | Prim::Concat(_)
+        | Prim::Reverse(_)
         | Prim::Slice(_)
         | Prim::DynamicSlice(_)
         | Prim::DynamicUpdateSlice(_)
@@ -207,6 +208,10 @@ fn describe(prim: &Prim) -> String {
         | Prim::Argmax(_)
         | Prim::Argsort(_)
         | Prim::Dot(_)
+        | Prim::Conv(_)
+        | Prim::WindowMax(_)
+        | Prim::SelectAndScatterAdd(_)
+        | Prim::SelectAndGatherAdd(_)
         | Prim::StopGradient(_)
         | Prim::AllReduce(_)) => format!("`{}`", p.rules().name()),
     }
