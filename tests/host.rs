@@ -202,6 +202,7 @@ fn row(a: &Array, i: usize) -> Array {
         Data::U32(v) => Data::U32(v[i * per..(i + 1) * per].to_vec()),
         Data::F32(v) => Data::F32(v[i * per..(i + 1) * per].to_vec()),
         Data::I32(v) => Data::I32(v[i * per..(i + 1) * per].to_vec()),
+        Data::U8(v) => Data::U8(v[i * per..(i + 1) * per].to_vec()),
         Data::Bool(v) => Data::Bool(v[i * per..(i + 1) * per].to_vec()),
     };
     Array::new(a.shape[1..].to_vec(), data)

@@ -795,14 +795,14 @@ fn abs_scale(c: &Case) -> Option<Vec<f32>> {
         .iter()
         .map(|a| match &a.data {
             Data::F32(v) => Array::f32(a.shape.clone(), v.iter().map(|x| x.abs()).collect()),
-            Data::I32(_) | Data::U32(_) | Data::Bool(_) => a.clone(),
+            Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_) => a.clone(),
         })
         .collect();
     let (f, _) = build(&[c]);
     let out = eval_func(&f, &args);
     match &out[0].data {
         Data::F32(v) => Some(v.clone()),
-        Data::I32(_) | Data::U32(_) | Data::Bool(_) => None,
+        Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_) => None,
     }
 }
 

@@ -444,6 +444,9 @@ pub(crate) fn stack_known(parts: &[Array]) -> Array {
         Data::U32(_) => {
             Data::U32(parts.iter().flat_map(|p| if let Data::U32(v) = &p.data { v.clone() } else { vec![] }).collect())
         }
+        Data::U8(_) => {
+            Data::U8(parts.iter().flat_map(|p| if let Data::U8(v) = &p.data { v.clone() } else { vec![] }).collect())
+        }
         Data::Bool(_) => Data::Bool(
             parts.iter().flat_map(|p| if let Data::Bool(v) = &p.data { v.clone() } else { vec![] }).collect(),
         ),
@@ -468,6 +471,7 @@ pub(crate) fn show_known(a: &Array) -> String {
         Data::F32(v) => format!("{:?}", v.first().unwrap_or(&0.0)),
         Data::I32(v) => format!("{}", v.first().unwrap_or(&0)),
         Data::U32(v) => format!("{}", v.first().unwrap_or(&0)),
+        Data::U8(v) => format!("{}", v.first().unwrap_or(&0)),
         Data::Bool(v) => format!("{}", v.first().unwrap_or(&false)),
     }
 }

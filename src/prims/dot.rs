@@ -137,7 +137,7 @@ impl Rules for Dot {
             (Data::U32(a), Data::U32(b)) => {
                 Data::U32(go(a, b, &bases, &steps, 0, |acc, x, y| acc.wrapping_add(x.wrapping_mul(y))))
             }
-            (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_), _) => {
+            (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_), _) => {
                 panic!("dot_general: unsupported operand dtypes")
             }
         };

@@ -54,6 +54,7 @@ impl View for &Tensor {
             DType::F32 => Dtype::F32,
             DType::I32 => Dtype::I32,
             DType::U32 => Dtype::U32,
+            DType::U8 => Dtype::U8,
             DType::Bool => Dtype::BOOL,
         }
     }
@@ -132,6 +133,7 @@ fn read_tensors(path: &Path) -> Result<(Vec<(String, Array)>, String), Checkpoin
             Dtype::F32 => DType::F32,
             Dtype::I32 => DType::I32,
             Dtype::U32 => DType::U32,
+            Dtype::U8 => DType::U8,
             Dtype::BOOL => DType::Bool,
             other => return Err(corrupt(format!("array `{name}` has dtype {other:?}, which podracer does not use"))),
         };
