@@ -150,7 +150,7 @@ def envpool_breakdown(env_id, envs, steps, rounds):
         obs = np.zeros((envs, *env.obs_space.shape), np.float32)
         final_obs, reward = obs.copy(), np.zeros(envs, np.float32)
         terminated, truncated = np.zeros(envs, np.bool_), np.zeros(envs, np.bool_)
-        env.reset(0, obs, final_obs)
+        env.reset(0, obs)
         step = env.step_public if public else env.step
         return lambda a: step(a, obs, reward, terminated, truncated, final_obs)
 

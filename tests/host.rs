@@ -635,3 +635,113 @@ fn throughput() {
         );
     }
 }
+
+/// The CRC-32 of each env's observation bytes, as `ale_reference.py` reports them.
+fn row_crcs(bytes: &[u8], n: usize) -> Vec<u64> {
+    bytes.chunks_exact(bytes.len() / n).map(|r| u64::from(crc32fast::hash(r))).collect()
+}
+
+fn u64s(v: &Value) -> Vec<u64> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+}
+
+/// An `ale:` URI through `workers` workers against ale-py's vector env driven directly in
+/// Python (`tests/fixtures/host/ale_reference.py`) with the same seed and actions, step by
+/// step: observation bytes, final observations, rewards, terminated and truncated.
+/// `ale_kwargs` are ale-py's own arguments for the settings the URI gives, on top of the
+/// two defaults where podc's differ from ale-py's (sticky actions, no reward clipping).
+/// Returns the episodes that terminated and that were truncated.
+fn ale_equals_ale_py(uri: &str, spec: &str, ale_kwargs: Value, n: usize, workers: usize, steps: usize) -> (usize, usize) {
+    let seed = 11;
+    let mut env = pool(uri, n, workers);
+    assert_eq!(env.spec().to_string(), spec);
+    let ActionSpace::Discrete(n_actions) = env.spec().action else { panic!("{spec}") };
+    let acts = actions(5, steps, n, n_actions);
+    let game = EnvUri::parse(uri).unwrap().id;
+    let mut kwargs = json!({"repeat_action_probability": 0.25, "reward_clipping": false});
+    kwargs.as_object_mut().unwrap().extend(ale_kwargs.as_object().unwrap().clone());
+    let cfg = json!({"game": game.to_lowercase(), "kwargs": kwargs, "num_envs": n, "seed": seed, "actions": acts});
+    let reference =
+        Command::new(env.python()).arg("tests/fixtures/host/ale_reference.py").arg(cfg.to_string()).output().unwrap();
+    assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
+    let want: Value = serde_json::from_slice(&reference.stdout).unwrap();
+
+    let mut out = StepOut::new(env.spec(), n);
+    env.reset(seed, &mut out).unwrap();
+    assert_eq!(row_crcs(&out.obs, n), u64s(&want["reset"]), "reset");
+    let (mut terminated, mut truncated) = (0, 0);
+    for (t, a) in acts.iter().enumerate() {
+        env.step(&discrete(a), &mut out).unwrap();
+        let w = &want["steps"][t];
+        assert_eq!(row_crcs(&out.obs, n), u64s(&w["obs"]), "obs at step {t}");
+        assert_eq!(row_crcs(&out.final_obs, n), u64s(&w["final_obs"]), "final_obs at step {t}");
+        assert_eq!(out.reward, flat(&w["reward"]), "reward at step {t}");
+        assert_eq!(out.terminated, bools(&w["terminated"]), "terminated at step {t}");
+        assert_eq!(out.truncated, bools(&w["truncated"]), "truncated at step {t}");
+        for i in (0..n).filter(|&i| out.done(i)) {
+            let row = env.spec().obs_bytes();
+            assert_ne!(out.obs[i * row..(i + 1) * row], out.final_obs[i * row..(i + 1) * row], "a new episode");
+        }
+        terminated += out.terminated.iter().filter(|&&x| x).count();
+        truncated += out.truncated.iter().filter(|&&x| x).count();
+    }
+    assert_eq!(env.restarts(), 0);
+    (terminated, truncated)
+}
+
+/// `ale:Pong` with its defaults, over two workers, through full episodes (a random
+/// policy loses 21 points in about 800 steps).
+#[test]
+fn ale_pong_through_workers_equals_ale_py() {
+    let spec = "observation: u8[4, 84, 84], action: discrete(6), time_limit: 27000";
+    let (te, tr) = ale_equals_ale_py("ale:Pong", spec, json!({}), 4, 2, 1010);
+    assert!(te > 0 && tr == 0, "{te} terminated, {tr} truncated");
+}
+
+/// A time limit only truncates: `max_episode_steps=50` is ale-py's 200 frames at
+/// frameskip 4, and every env is truncated at steps 50 and 100, never terminated.
+#[test]
+fn ale_time_limit_truncates() {
+    let spec = "observation: u8[4, 84, 84], action: discrete(6), time_limit: 50";
+    let kwargs = json!({"max_num_frames_per_episode": 200});
+    let (te, tr) = ale_equals_ale_py("ale:Pong?max_episode_steps=50", spec, kwargs, 3, 1, 120);
+    assert_eq!((te, tr), (0, 6));
+}
+
+/// The optional settings reach ale-py under its names: episodic life (a life lost
+/// terminates), clipped rewards, another frameskip (the time limit in frames follows it).
+#[test]
+fn ale_settings_reach_ale_py() {
+    let uri = "ale:Breakout?episodic_life=true&reward_clip=true&frameskip=3&max_episode_steps=50";
+    let spec = "observation: u8[4, 84, 84], action: discrete(4), time_limit: 50";
+    let kwargs = json!({"episodic_life": true, "reward_clipping": true, "frameskip": 3, "max_num_frames_per_episode": 150});
+    let (te, tr) = ale_equals_ale_py(uri, spec, kwargs, 3, 1, 160);
+    assert!(te > 0 && tr > 0, "{te} terminated, {tr} truncated");
+}
+
+/// `podc env describe ale:Pong` prints a block `podc check` accepts; a misspelt game and
+/// an unknown setting are clear errors.
+#[test]
+fn podc_env_describe_ale() {
+    let podc = env!("CARGO_BIN_EXE_podc");
+    let python = cache_python(Backend::Ale);
+    let run = |uri: &str| Command::new(podc).args(["env", "describe", uri, "--python"]).arg(&python).output().unwrap();
+    let o = run("ale:Pong");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let block = String::from_utf8(o.stdout).unwrap();
+    insta::assert_snapshot!("env_describe_ale_pong", block);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pong.pod");
+    std::fs::write(&file, &block).unwrap();
+    let check = Command::new(podc).arg("check").arg(&file).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    for (uri, says) in [
+        ("ale:Pongg", "cannot make `ale:Pongg`: ValueError: ale-py 0.12.1 has no game `Pongg`; did you mean `Pong`"),
+        ("ale:Pong?sticky=0.25", "`sticky` is not a setting of `ale:` envs; they are frameskip, maxpool,"),
+        ("ale:Pong?frameskip=0", "`frameskip=0`: expected an integer ≥ 1"),
+    ] {
+        let o = run(uri);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.code() == Some(1) && err.contains(says) && !err.contains("panicked"), "{uri}: {err}");
+    }
+}

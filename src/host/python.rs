@@ -27,8 +27,8 @@ pub const PYTHON_ENV: &str = "PODC_PYTHON";
 pub const NUMPY: &str = "numpy==2.2.6";
 pub const GYMNASIUM: &str = "gymnasium==1.2.2";
 pub const ENVPOOL: &str = "envpool==1.2.5";
-/// ale-py 0.12 has the C++ vector env with same-step auto-reset, wheels for CPython
-/// 3.9-3.13 on manylinux x86_64 and aarch64 and macOS, and the ROMs inside (~20 MB).
+/// ale-py 0.12.1: the C++ vector env with same-step auto-reset, wheels for CPython
+/// 3.10-3.14 on manylinux x86_64 and aarch64 and macOS, the ROMs inside (~10 MB).
 pub const ALE_PY: &str = "ale-py==0.12.1";
 /// The venv's directory in the cache; a new set of pins gets a new name.
 const VENV_DIR: &str = "python-envs-gymnasium1.2.2-numpy2.2.6";
