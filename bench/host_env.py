@@ -10,6 +10,12 @@ table that is cycled, one untimed warm-up run, then the median of `--runs` runs 
   with same-step auto-reset; the baseline is EnvPool alone, in this process, stepped the
   plain way: `envpool.make(ID, env_type="gymnasium", num_envs=B, seed=0)`, then
   `env.step(actions)` (EnvPool's own next-step auto-reset, no conversion).
+- `ale:Pong`: podc's worker runs ale-py's `AtariVectorEnv` with same-step auto-reset and
+  podc's Atari defaults (docs/sebulba.md#atari); the baseline is ale-py's vector env alone,
+  in this process, with the same settings (`AtariVectorEnv("pong", B,
+  repeat_action_probability=0.25, reward_clipping=False)`, ale-py's defaults otherwise)
+  and its default next-step auto-reset, stepped with `env.step(actions)`. Run it with
+  `--envs 16 --only ale` (and `--env-workers 2` for a split).
 - `gymnasium:CartPole-v1`: podc's worker runs `gymnasium.make_vec(..., "sync")` with
   same-step auto-reset; the baseline is `gymnasium.make_vec(ID, num_envs=B,
   vectorization_mode="sync")` (Gymnasium's `SyncVectorEnv`, its default next-step
@@ -102,6 +108,29 @@ def envpool_alone(env_id, envs, steps, runs, kwargs):
     return {"steps_per_sec": rate, "compile_s": start_s}
 
 
+def ale_alone(game, envs, steps, runs, kwargs):
+    import numpy as np
+    from ale_py import roms
+    from ale_py.registration import rom_id_to_name
+    from ale_py.vector_env import AtariVectorEnv
+
+    rom = {rom_id_to_name(r): r for r in roms.get_all_rom_ids()}.get(game, game)
+    # podc's Atari defaults where they differ from ale-py's, and podc's keys renamed.
+    args = {"repeat_action_probability": 0.25, "reward_clipping": False}
+    for k, v in kwargs.items():
+        if k == "max_episode_steps":
+            args["max_num_frames_per_episode"] = v * kwargs.get("frameskip", 4)
+        else:
+            args[{"reward_clip": "reward_clipping"}.get(k, k)] = v
+    t0 = time.perf_counter()
+    env = AtariVectorEnv(rom, envs, **args)
+    env.reset(seed=0)
+    start_s = time.perf_counter() - t0
+    rate = timed_runs(env.step, action_table(np, envs, steps, env.single_action_space.n), steps, runs)
+    env.close()
+    return {"steps_per_sec": rate, "compile_s": start_s}
+
+
 def gymnasium_alone(env_id, envs, steps, runs, kwargs):
     import gymnasium as gym
     import numpy as np
@@ -118,6 +147,7 @@ def gymnasium_alone(env_id, envs, steps, runs, kwargs):
 PAIRS = {
     "envpool": ("envpool:CartPole-v1", envpool_alone, "EnvPool alone (env.step, next-step reset)"),
     "gymnasium": ("gymnasium:CartPole-v1", gymnasium_alone, "Gymnasium SyncVectorEnv in-process"),
+    "ale": ("ale:Pong", ale_alone, "ale-py AtariVectorEnv alone (env.step, next-step reset)"),
 }
 
 
@@ -175,7 +205,7 @@ def envpool_breakdown(env_id, envs, steps, rounds):
 
 def podc_bench(podc, uri, args):
     cmd = [podc, "bench", "env", uri, "--envs", str(args.envs), "--steps", str(args.steps),
-           "--runs", str(args.runs), "--json", "--python", sys.executable]
+           "--runs", str(args.runs), "--env-workers", str(args.env_workers), "--json", "--python", sys.executable]
     out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -186,6 +216,7 @@ def main():
     ap.add_argument("--envs", type=int, default=64)
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--env-workers", type=int, default=1, help="podc's worker processes (`--env-workers`)")
     ap.add_argument("--podc", default=os.path.join(ROOT, "target", "release", "podc"))
     ap.add_argument("--only", choices=sorted(PAIRS), action="append", help="run only this pair (repeatable)")
     ap.add_argument("--json", action="store_true", help="also print one JSON line per pair")
@@ -203,7 +234,7 @@ def main():
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores (nproc), load average "
           f"{os.getloadavg()[0]:.1f}; python {sys.executable}")
     print(f"B={args.envs} envs, T={args.steps} steps per run, median of {args.runs} runs after a warm-up; "
-          f"{args.rounds} interleaved rounds")
+          f"{args.rounds} interleaved rounds; podc --env-workers {args.env_workers}")
     for name in args.only or ["envpool", "gymnasium"]:
         uri, alone, what = PAIRS[name]
         env_id = uri.split(":", 1)[1]
