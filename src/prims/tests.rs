@@ -568,7 +568,10 @@ fn elementwise_type_errors() {
     let f3 = t(DType::F32, &[3]);
     let i3 = t(DType::I32, &[3]);
     assert_eq!(err(un(UnaryOp::Exp), std::slice::from_ref(&i3)), "exp is not defined on i32 (accepts f32)");
-    assert_eq!(err(un(UnaryOp::Not), std::slice::from_ref(&f3)), "not is not defined on f32 (accepts i32, u32, u8, bool)");
+    assert_eq!(
+        err(un(UnaryOp::Not), std::slice::from_ref(&f3)),
+        "not is not defined on f32 (accepts i32, u32, u8, bool)"
+    );
     assert!(err(bin(BinaryOp::Add), &[f3.clone(), i3.clone()]).contains("same type"));
     assert!(err(bin(BinaryOp::Add), &[f3.clone(), t(DType::F32, &[4])]).contains("same type"));
     assert!(err(bin(BinaryOp::Add), &[t(DType::Bool, &[3]), t(DType::Bool, &[3])]).contains("not defined on bool"));
