@@ -15,6 +15,9 @@ pub enum DType {
 }
 
 impl DType {
+    /// Every dtype, in the order messages list them.
+    pub const ALL: [DType; 5] = [DType::F32, DType::I32, DType::U32, DType::U8, DType::Bool];
+
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",

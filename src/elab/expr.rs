@@ -39,7 +39,7 @@ impl Elab<'_> {
         }
         let ty = Ty::Array(to, dims.clone());
         if let Some(a) = &v.known {
-            return match ops::cast_known(a, to) {
+            return match ops::cast_known(a, to, v.weak) {
                 Some(a) => self.known_val(a, ty, v.weak),
                 None => self.err(TypeError::LiteralRange { value: ops::show_known(a), ty: to.name().into(), span }),
             };

@@ -163,8 +163,7 @@ impl<F, I, U, B> Fns<F, I, U, B> {
 
     /// The dtypes the operator accepts, for error messages.
     fn accepted(&self) -> String {
-        let all = [DType::F32, DType::I32, DType::U32, DType::U8, DType::Bool];
-        let names: Vec<&str> = all.iter().filter(|&&d| self.supports(d)).map(|d| d.name()).collect();
+        let names: Vec<&str> = DType::ALL.iter().filter(|&&d| self.supports(d)).map(|d| d.name()).collect();
         names.join(", ")
     }
 }

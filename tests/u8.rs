@@ -1,0 +1,54 @@
+//! The u8 dtype against JAX's `jnp.uint8`: every program of `tests/fixtures/u8/u8.pod`
+//! through the interpreter and through PJRT, compared with what `gen_u8.py` recorded from
+//! jitted JAX. Bytes, integers and bools must match exactly; floats within 1e-6 relative
+//! (a float divided by a constant is an ulp apart: XLA multiplies by the reciprocal).
+
+mod common;
+
+use common::{assert_close, client};
+use podracer::array::{Array, Data};
+use podracer::driver;
+use serde_json::Value;
+use std::path::Path;
+
+fn fixture_path(file: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/u8").join(file)
+}
+
+fn array(v: &Value) -> Array {
+    let shape: Vec<usize> =
+        v["shape"].as_array().expect("shape").iter().map(|d| d.as_u64().unwrap() as usize).collect();
+    let list = |k: &str| v[k].as_array().unwrap_or_else(|| panic!("{k} of {v}")).clone();
+    let ints = |k: &str| list(k).iter().map(|x| x.as_i64().expect("an integer")).collect::<Vec<i64>>();
+    let data = match v["dtype"].as_str() {
+        Some("f32") => Data::F32(ints("bits").iter().map(|&b| f32::from_bits(b as u32)).collect()),
+        Some("i32") => Data::I32(ints("data").iter().map(|&x| x as i32).collect()),
+        Some("u32") => Data::U32(ints("data").iter().map(|&x| x as u32).collect()),
+        Some("u8") => Data::U8(ints("data").iter().map(|&x| x as u8).collect()),
+        Some("bool") => Data::Bool(list("data").iter().map(|x| x.as_bool().expect("a bool")).collect()),
+        other => panic!("dtype {other:?}"),
+    };
+    Array::new(shape, data)
+}
+
+#[test]
+fn programs_match_jax_uint8() {
+    let (prog, diags) = driver::check_file(&fixture_path("u8.pod")).expect("readable");
+    assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
+    let doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture_path("u8.json")).expect("fixture")).expect("json");
+    let cases = doc["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 9);
+    for c in cases {
+        let name = c["name"].as_str().expect("name");
+        let e = driver::build(&prog, &format!("t_{name}"))
+            .unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])));
+        let args: Vec<Array> = c["inputs"].as_array().expect("inputs").iter().map(array).collect();
+        let want: Vec<Array> = c["outputs"].as_array().expect("outputs").iter().map(array).collect();
+        let host = driver::eval(&e, &args);
+        let dev = podracer::cli::run_on_device(client(), &e, &args).expect("runs on the device");
+        println!("{name}: {host:?}");
+        assert_close(&host, &want, 1e-6);
+        assert_close(&dev, &want, 1e-6);
+    }
+}
