@@ -591,10 +591,45 @@ fn envpool_same_step_auto_reset() {
         all
     };
     assert_eq!(run(1), run(2));
+    envpool_pong_has_the_atari_defaults();
     // A restarted worker's seeds are past 2**32; EnvPool's are int32.
     let mut env = pool("envpool:CartPole-v1", 2, 1);
     let mut out = StepOut::new(env.spec(), 2);
     env.reset((3 << 32) + 5, &mut out).unwrap();
+}
+
+/// `envpool:Pong-v5`: the spaces `ale:Pong` has, sticky actions by default (the worker's
+/// frames are EnvPool's own with `repeat_action_probability=0.25`, step by step, until the
+/// time limit), and a time limit that only truncates.
+fn envpool_pong_has_the_atari_defaults() {
+    let (n, seed, limit) = (3, 9, 60);
+    let mut env = pool(&format!("envpool:Pong-v5?max_episode_steps={limit}"), n, 1);
+    assert_eq!(env.spec().to_string(), format!("observation: u8[4, 84, 84], action: discrete(6), time_limit: {limit}"));
+    let acts = actions(7, limit + 5, n, 6);
+    let before_limit: Vec<&Vec<i32>> = acts.iter().take(limit - 1).collect();
+    let kwargs = json!({"repeat_action_probability": 0.25, "max_episode_steps": limit});
+    let cfg = json!({"envpool": true, "game": "Pong-v5", "kwargs": kwargs, "num_envs": n, "seed": seed, "actions": before_limit});
+    let reference =
+        Command::new(env.python()).arg("tests/fixtures/host/ale_reference.py").arg(cfg.to_string()).output().unwrap();
+    assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
+    let want: Value = serde_json::from_slice(&reference.stdout).unwrap();
+    let mut out = StepOut::new(env.spec(), n);
+    env.reset(seed, &mut out).unwrap();
+    assert_eq!(row_crcs(&out.obs, n), u64s(&want["reset"]), "reset");
+    for (t, a) in acts.iter().enumerate() {
+        env.step(&discrete(a), &mut out).unwrap();
+        if t + 1 < limit {
+            assert_eq!(row_crcs(&out.obs, n), u64s(&want["steps"][t]["obs"]), "obs at step {t}");
+            assert_eq!(out.reward, flat(&want["steps"][t]["reward"]), "reward at step {t}");
+        }
+        assert_eq!(out.truncated, vec![t + 1 == limit; n], "truncated at step {t}");
+        assert_eq!(out.terminated, vec![false; n], "terminated at step {t}");
+        if t + 1 == limit {
+            assert_ne!(row_crcs(&out.obs, n), row_crcs(&out.final_obs, n), "new episodes at step {t}");
+        } else {
+            assert_eq!(out.obs, out.final_obs, "step {t}");
+        }
+    }
 }
 
 /// Env steps per second through workers, next to the worker's backend class and the raw
