@@ -686,7 +686,14 @@ fn u64s(v: &Value) -> Vec<u64> {
 /// `ale_kwargs` are ale-py's own arguments for the settings the URI gives, on top of the
 /// two defaults where podc's differ from ale-py's (sticky actions, no reward clipping).
 /// Returns the episodes that terminated and that were truncated.
-fn ale_equals_ale_py(uri: &str, spec: &str, ale_kwargs: Value, n: usize, workers: usize, steps: usize) -> (usize, usize) {
+fn ale_equals_ale_py(
+    uri: &str,
+    spec: &str,
+    ale_kwargs: Value,
+    n: usize,
+    workers: usize,
+    steps: usize,
+) -> (usize, usize) {
     let seed = 11;
     let mut env = pool(uri, n, workers);
     assert_eq!(env.spec().to_string(), spec);
@@ -749,7 +756,8 @@ fn ale_time_limit_truncates() {
 fn ale_settings_reach_ale_py() {
     let uri = "ale:Breakout?episodic_life=true&reward_clip=true&frameskip=3&max_episode_steps=50";
     let spec = "observation: u8[4, 84, 84], action: discrete(4), time_limit: 50";
-    let kwargs = json!({"episodic_life": true, "reward_clipping": true, "frameskip": 3, "max_num_frames_per_episode": 150});
+    let kwargs =
+        json!({"episodic_life": true, "reward_clipping": true, "frameskip": 3, "max_num_frames_per_episode": 150});
     let (te, tr) = ale_equals_ale_py(uri, spec, kwargs, 3, 1, 160);
     assert!(te > 0 && tr > 0, "{te} terminated, {tr} truncated");
 }

@@ -103,7 +103,8 @@ mod tests {
 
     #[test]
     fn defaults_and_overrides() {
-        let all = settings(&kw(&[("reward_clip", KwValue::Bool(true)), ("repeat_action_probability", KwValue::Int(0))]));
+        let all =
+            settings(&kw(&[("reward_clip", KwValue::Bool(true)), ("repeat_action_probability", KwValue::Int(0))]));
         assert_eq!(all.len(), SETTINGS.len());
         let get = |k: &str| all.iter().find(|(key, _)| key == k).map(|(_, v)| v.clone()).unwrap();
         assert_eq!(get("reward_clip"), KwValue::Bool(true));
@@ -116,7 +117,10 @@ mod tests {
     #[test]
     fn rejects_unknown_keys_and_bad_values() {
         for (pairs, says) in [
-            (kw(&[("frame_skip", KwValue::Int(4))]), "`frame_skip` is not a setting of `ale:` envs; they are frameskip,"),
+            (
+                kw(&[("frame_skip", KwValue::Int(4))]),
+                "`frame_skip` is not a setting of `ale:` envs; they are frameskip,",
+            ),
             (kw(&[("frameskip", KwValue::Int(0))]), "`frameskip=0`: expected an integer ≥ 1"),
             (kw(&[("frameskip", KwValue::Float(2.5))]), "expected an integer"),
             (kw(&[("episodic_life", KwValue::Int(1))]), "`episodic_life=1`: expected `true` or `false`"),

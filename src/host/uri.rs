@@ -88,8 +88,7 @@ pub struct EnvUri {
     pub kwargs: Vec<(String, KwValue)>,
 }
 
-const FORMS: &str =
-    "`gymnasium:ID`, `envpool:ID`, `ale:GAME` (all with optional `?key=value&...`) or `pod:FILE.pod`";
+const FORMS: &str = "`gymnasium:ID`, `envpool:ID`, `ale:GAME` (all with optional `?key=value&...`) or `pod:FILE.pod`";
 
 impl EnvUri {
     pub fn parse(uri: &str) -> Result<EnvUri, HostError> {
@@ -211,6 +210,9 @@ mod tests {
             assert!(e.contains(says) && e.contains("the forms are"), "{bad}: {e}");
         }
         let e = EnvUri::parse("ale:Pong?sticky=0.25").unwrap_err().to_string();
-        assert!(e.contains("`ale:Pong?sticky=0.25`: `sticky` is not a setting of `ale:` envs; they are frameskip"), "{e}");
+        assert!(
+            e.contains("`ale:Pong?sticky=0.25`: `sticky` is not a setting of `ale:` envs; they are frameskip"),
+            "{e}"
+        );
     }
 }
