@@ -121,7 +121,7 @@ def ale_alone(game, envs, steps, runs, kwargs):
         if k == "max_episode_steps":
             args["max_num_frames_per_episode"] = v * kwargs.get("frameskip", 4)
         else:
-            args[{"reward_clip": "reward_clipping"}.get(k, k)] = v
+            args[{"reward_clip": "reward_clipping", "episodic_life": "life_loss_info"}.get(k, k)] = v
     t0 = time.perf_counter()
     env = AtariVectorEnv(rom, envs, **args)
     env.reset(seed=0)

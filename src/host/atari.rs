@@ -39,7 +39,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting { key: "repeat_action_probability", default: KwValue::Float(0.25), min: 0.0, max: 1.0 },
     // The game's minimal action set (`true`: all 18 actions).
     flag("full_action_space", false),
-    // A life lost ends the episode (terminated) without resetting the game.
+    // A life lost ends the episode (terminated); the game goes on from there.
     flag("episodic_life", false),
     // Rewards clipped to their sign.
     flag("reward_clip", false),

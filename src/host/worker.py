@@ -279,6 +279,11 @@ class Ale:
             hint = f"; did you mean {' or '.join(f'`{c}`' for c in close)}?" if close else ""
             raise ValueError(f"ale-py {ale_py.__version__} has no game `{game}`{hint}")
         args = {self.RENAME.get(k, k): v for k, v in kwargs.items()}
+        # podc's episodic life is the usual one (a life lost terminates, the game goes on,
+        # as EnvPool's): ale-py's `life_loss_info`. ale-py's own `episodic_life` restarts
+        # the whole game at every life lost (0.12.1).
+        self.episodic_life = args.pop("episodic_life")
+        args["life_loss_info"] = self.episodic_life
         # ale-py limits an episode in emulator frames; podc counts agent steps.
         steps = args.pop("max_episode_steps")
         args["max_num_frames_per_episode"] = steps * args["frameskip"]
@@ -292,8 +297,9 @@ class Ale:
 
     def reset(self, seed, obs):
         # ale-py takes int32 seeds (env i gets seed + i), as EnvPool does.
-        o, _ = self.envs.reset(seed=int(seed) % (2**31 - self.n))
+        o, info = self.envs.reset(seed=int(seed) % (2**31 - self.n))
         obs[:] = o
+        self.lives = info["lives"]
 
     def step(self, actions, obs, reward, terminated, truncated, final_obs):
         # `send` and `recv` of ale-py's C++ interface, as its own `step` calls them.
@@ -303,8 +309,17 @@ class Ale:
         reward[:] = r
         terminated[:] = te
         truncated[:] = tr
+        ended = te | tr
+        if self.episodic_life:
+            # A life lost without a game over: the game goes on, nothing was reset, and the
+            # episode's last observation is `o` (ale-py's `final_obs` rows of those envs are
+            # not written). Only a reset gives a game its full lives back.
+            lost = self.np.flatnonzero(ended & (info["lives"] < self.lives))
+            final_obs[lost] = o[lost]
+            ended[lost] = False
+        self.lives = info["lives"]
         if "final_obs" in info:
-            done = self.np.flatnonzero(te | tr)
+            done = self.np.flatnonzero(ended)
             final_obs[done] = info["final_obs"][done]
 
 
