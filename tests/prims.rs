@@ -781,6 +781,8 @@ fn u8_cases() -> Vec<Case> {
         cs.push(exact(format!("{op:?} u8 all"), reduce(&[0, 1, 2]), vec![frames.clone()]));
     }
     cs.push(exact("argmax u8", Prim::Argmax(Argmax { axis: 1 }), vec![rng.u8s(&[3, 9])]));
+    let matmul = Prim::Dot(Dot { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: vec![1], rhs_contract: vec![0] });
+    cs.push(exact("matmul u8 wraps", matmul, vec![rng.u8s(&[3, 5]), rng.u8s(&[5, 2])]));
     cs.push(exact("argsort u8", Prim::Argsort(Argsort { axis: 0 }), vec![u8v(&[7, 255, 0, 128, 7, 1])]));
     cs
 }

@@ -38,7 +38,7 @@ fn programs_match_jax_uint8() {
     let doc: Value =
         serde_json::from_str(&std::fs::read_to_string(fixture_path("u8.json")).expect("fixture")).expect("json");
     let cases = doc["cases"].as_array().expect("cases");
-    assert_eq!(cases.len(), 9);
+    assert_eq!(cases.len(), 10);
     for c in cases {
         let name = c["name"].as_str().expect("name");
         let e = driver::build(&prog, &format!("t_{name}"))
