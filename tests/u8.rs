@@ -90,3 +90,23 @@ fn a_pixel_agent_trains_checkpoints_and_resumes() {
         arrays.iter().map(|(n, a)| format!("{n}: {}", a.ty())).collect::<Vec<_>>()
     });
 }
+
+/// The same agent under Sebulba, its env stepped on the host by the `pod:` backend: u8
+/// observations travel through the host rollout buffers intact (two lit pixels a frame).
+#[test]
+fn a_pixel_agent_trains_under_sebulba() {
+    let agent = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents/pixels.pod");
+    let agent = agent.to_str().expect("utf-8");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().to_str().expect("utf-8");
+    let env = format!("pod:{agent}");
+    let args = ["train", agent, "--env", &env, "-q", "--seed", "0", "--envs", "4", "--rollout", "4"];
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_podc"))
+        .args(args)
+        .args(["--total-steps", "64", "--out", out])
+        .output()
+        .expect("podc starts");
+    assert!(o.status.success(), "podc train failed: {}", String::from_utf8_lossy(&o.stderr));
+    let records = podracer::train::metrics::read(dir.path()).expect("metrics");
+    assert!(!records.is_empty() && records.iter().all(|r| r["lit"].as_f64() == Some(32.0)), "{records:?}");
+}
