@@ -655,6 +655,9 @@ fn cases() -> Vec<Case> {
     });
 
     cs.extend(u8_cases());
+    for x in [u8v(&U8_EDGES), i32v(&I32_EDGES), u32v(&U32_EDGES)] {
+        cs.push(foldable_division_case(x));
+    }
 
     cs.push(loop_case("loop with a constant and two carries", 2, 12));
     cs.push(loop_case("loop that never runs", 3, 3));
@@ -781,8 +784,36 @@ fn u8_cases() -> Vec<Case> {
         cs.push(exact(format!("{op:?} u8 all"), reduce(&[0, 1, 2]), vec![frames.clone()]));
     }
     cs.push(exact("argmax u8", Prim::Argmax(Argmax { axis: 1 }), vec![rng.u8s(&[3, 9])]));
+    let matmul = Prim::Dot(Dot { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: vec![1], rhs_contract: vec![0] });
+    cs.push(exact("matmul u8 wraps", matmul, vec![rng.u8s(&[3, 5]), rng.u8s(&[5, 2])]));
     cs.push(exact("argsort u8", Prim::Argsort(Argsort { axis: 0 }), vec![u8v(&[7, 255, 0, 128, 7, 1])]));
     cs
+}
+
+/// Integer divisions that XLA can work out while compiling: `(x * 0) / (x * 0)`, `x / 0`
+/// with a constant 0, and for i32 a constant `MIN / -1`. XLA's constant folder divides
+/// natively and dies of SIGFPE on them, so the lowering must keep such divisors from it.
+fn foldable_division_case(x: Array) -> Case {
+    let name = format!("foldable divisions {}", x.dtype());
+    let build: Build = Box::new(|fb, vs| {
+        let (x, ty) = (vs[0], fb.types[vs[0].0 as usize].clone());
+        let zero = fb.prim1(Prim::Constant(Constant { value: Array::zeros(&ty) }), &[]);
+        let z = fb.prim1(binary(BinaryOp::Mul), &[x, zero]);
+        let mut outs = vec![];
+        for op in [BinaryOp::Div, BinaryOp::Rem] {
+            outs.push(fb.prim1(binary(op), &[z, z]));
+            outs.push(fb.prim1(binary(op), &[x, zero]));
+        }
+        if ty.dtype == DType::I32 {
+            let min = fb.prim1(Prim::Constant(Constant { value: i32v(&[i32::MIN, i32::MIN]) }), &[]);
+            let minus_one = fb.prim1(Prim::Constant(Constant { value: i32v(&[-1, -1]) }), &[]);
+            for op in [BinaryOp::Div, BinaryOp::Rem] {
+                outs.push(fb.prim1(binary(op), &[min, minus_one]));
+            }
+        }
+        outs
+    });
+    Case { name, args: vec![x], tol: Tol::Exact, build }
 }
 
 /// `for i in lo..hi { acc += x * f32(i); n += 1 }` with `x` a loop constant.

@@ -454,10 +454,11 @@ pub(crate) fn stack_known(parts: &[Array]) -> Array {
     Array::new(shape, data)
 }
 
-/// Converts a known value as the device would, or `None` if `a` is a weak literal that
-/// does not fit the target dtype: integer literals must fit exactly (`300000000000` is no
-/// i32, `-1` no u32, `256` no u8), as JAX refuses `jnp.uint8(256)`. A typed value wraps.
-pub(crate) fn cast_known(a: &Array, to: DType, weak: bool) -> Option<Array> {
+/// Converts a known value as the device would; if `a` is a weak literal, its integers must
+/// fit the target dtype exactly (`300000000000` is no i32, `-1` no u32, `256` no u8), as
+/// JAX refuses `jnp.uint8(256)`, and the first that does not is the error. A typed value
+/// wraps.
+pub(crate) fn cast_known(a: &Array, to: DType, weak: bool) -> Result<Array, String> {
     fn ints(d: &Data) -> Option<Vec<i64>> {
         match d {
             Data::I32(v) => Some(v.iter().map(|&x| x.into()).collect()),
@@ -467,20 +468,12 @@ pub(crate) fn cast_known(a: &Array, to: DType, weak: bool) -> Option<Array> {
         }
     }
     let out = Convert { to }.eval(&[a]).remove(0);
-    let fits = match (ints(&a.data), ints(&out.data)) {
-        (Some(x), Some(y)) => !weak || x == y,
-        _ => true,
-    };
-    fits.then_some(out)
-}
-
-pub(crate) fn show_known(a: &Array) -> String {
-    match &a.data {
-        Data::F32(v) => format!("{:?}", v.first().unwrap_or(&0.0)),
-        Data::I32(v) => format!("{}", v.first().unwrap_or(&0)),
-        Data::U32(v) => format!("{}", v.first().unwrap_or(&0)),
-        Data::U8(v) => format!("{}", v.first().unwrap_or(&0)),
-        Data::Bool(v) => format!("{}", v.first().unwrap_or(&false)),
+    match (ints(&a.data), ints(&out.data)) {
+        (Some(x), Some(y)) if weak => match x.iter().zip(&y).find(|(p, q)| p != q) {
+            Some((p, _)) => Err(p.to_string()),
+            None => Ok(out),
+        },
+        _ => Ok(out),
     }
 }
 

@@ -549,6 +549,7 @@ pub(super) fn lower_binary(cx: &mut LowerCx, op: BinaryOp, a: &str, b: &str, ty:
     let dir = match op {
         BinaryOp::Max if ty.dtype == DType::F32 => CmpOp::Ge,
         BinaryOp::Min if ty.dtype == DType::F32 => CmpOp::Le,
+        BinaryOp::Div | BinaryOp::Rem if ty.dtype.is_int() => return lower_int_div(cx, op, &a, &b, ty),
         BinaryOp::Add
         | BinaryOp::Sub
         | BinaryOp::Mul
@@ -570,6 +571,42 @@ pub(super) fn lower_binary(cx: &mut LowerCx, op: BinaryOp, a: &str, b: &str, ty:
     let nan = lower_compare(cx, CmpOp::Ne, &a, &a, ty);
     let pick = cx.op("stablehlo.or", &[wins, nan], "", &[mask.clone(), mask.clone()], &mask);
     cx.op("stablehlo.select", &[pick, a, b], "", &[mask, ty.clone(), ty.clone()], ty)
+}
+
+/// Emits integer `a / b` or `a % b` with a divisor that cannot trap. XLA defines `x / 0`,
+/// `x % 0` and `MIN / -1` (see the module comment) and computes them so at run time, but
+/// its constant folder divides natively: a division it can prove is by zero, such as
+/// `(x * 0) / (x * 0)`, kills the compiler with SIGFPE (`jax.jit` of
+/// `lax.div(x * 0, x * 0)` does the same in JAX 0.10.2). So the divisor is 1 where it is
+/// 0 (or -1 under MIN), which gives MIN / -1 and MIN % -1 as they are, and the results at
+/// 0 are selected.
+fn lower_int_div(cx: &mut LowerCx, op: BinaryOp, a: &str, b: &str, ty: &ArrayTy) -> String {
+    let int = |v: i64| {
+        let data = match ty.dtype {
+            DType::I32 => Data::I32(vec![v as i32]),
+            DType::U32 => Data::U32(vec![v as u32]),
+            DType::U8 => Data::U8(vec![v as u8]),
+            DType::F32 | DType::Bool => unreachable!("{} is no integer", ty.dtype),
+        };
+        Array::new(vec![], data)
+    };
+    let mask = ArrayTy::new(DType::Bool, ty.shape.clone());
+    let (zero, one, all_ones) = (cx.splat(&int(0), ty), cx.splat(&int(1), ty), cx.splat(&int(-1), ty));
+    let by_zero = lower_compare(cx, CmpOp::Eq, b, &zero, ty);
+    let trap = if ty.dtype == DType::I32 {
+        let min = cx.splat(&int(i32::MIN.into()), ty);
+        let a_min = lower_compare(cx, CmpOp::Eq, a, &min, ty);
+        let b_minus_one = lower_compare(cx, CmpOp::Eq, b, &all_ones, ty);
+        let overflow = cx.op("stablehlo.and", &[a_min, b_minus_one], "", &[mask.clone(), mask.clone()], &mask);
+        cx.op("stablehlo.or", &[by_zero.clone(), overflow], "", &[mask.clone(), mask.clone()], &mask)
+    } else {
+        by_zero.clone()
+    };
+    let (a, b) = (a.to_string(), b.to_string());
+    let safe = cx.op("stablehlo.select", &[trap, one, b], "", &[mask.clone(), ty.clone(), ty.clone()], ty);
+    let q = cx.op(op.rule().hlo, &[a.clone(), safe], "", &[ty.clone(), ty.clone()], ty);
+    let at_zero = if op == BinaryOp::Div { all_ones } else { a };
+    cx.op("stablehlo.select", &[by_zero, at_zero, q], "", &[mask, ty.clone(), ty.clone()], ty)
 }
 
 /// Emits the comparison `a op b` of operands of type `ty`.
