@@ -204,3 +204,19 @@ pub fn worker_script() -> Result<PathBuf, HostError> {
         .map_err(|e| HostError::Io(format!("cannot write the env worker script to {}: {e}", path.display())))?;
     Ok(path)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_modules_name_their_pinned_distributions() {
+        let python = Path::new("/venv/bin/python");
+        for (module, backend, pin) in
+            [("ale_py", Backend::Ale, ALE_PY), ("envpool", Backend::EnvPool, ENVPOOL), ("numpy", Backend::Ale, NUMPY)]
+        {
+            let e = missing_package(python, module, backend).to_string();
+            assert!(e.ends_with(&format!("run: /venv/bin/python -m pip install {pin}")), "{e}");
+        }
+    }
+}
