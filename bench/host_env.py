@@ -240,19 +240,21 @@ def ale_breakdown(game, envs, steps, rounds):
     variants = [("ale-py env.step (baseline)", alone.step), ("ale-py env.step, same-step reset", same.step),
                 ("podc worker class, same-step", lambda a: env.step(a, obs, reward, terminated, truncated, final_obs))]
     rates = {name: [] for name, _ in variants}
+    cpu_rates = {name: [] for name, _ in variants}
     t = 0
     for r in range(rounds):
         for name, step in variants if r % 2 else variants[::-1]:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(steps):
                 step(actions[t % len(actions)])
                 t += 1
             rates[name].append(envs * steps / (time.perf_counter() - t0))
-    base = statistics.median(rates[variants[0][0]])
+            cpu_rates[name].append(envs * steps / (time.process_time() - c0))
+    base, cpu_base = statistics.median(rates[variants[0][0]]), statistics.median(cpu_rates[variants[0][0]])
     print(f"ale:{game} in-process, {envs} envs, median of {rounds} interleaved runs of {steps} steps:")
     for name, _ in variants:
-        m = statistics.median(rates[name])
-        print(f"  {name:34s} {m:9.0f} steps/s  {m / base:.3f}x")
+        m, c = statistics.median(rates[name]), statistics.median(cpu_rates[name])
+        print(f"  {name:34s} {m:9.0f} steps/s  {m / base:.3f}x   {c:7.0f} steps/CPU-s  {c / cpu_base:.3f}x")
 
 
 def podc_bench(podc, uri, args, steps=None):
