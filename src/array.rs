@@ -9,15 +9,21 @@ pub enum DType {
     F32,
     I32,
     U32,
+    /// Bytes: pixels and other 0..=255 data, arithmetic wrapping mod 256 as JAX's `uint8`.
+    U8,
     Bool,
 }
 
 impl DType {
+    /// Every dtype, in the order messages list them.
+    pub const ALL: [DType; 5] = [DType::F32, DType::I32, DType::U32, DType::U8, DType::Bool];
+
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "f32",
             DType::I32 => "i32",
             DType::U32 => "u32",
+            DType::U8 => "u8",
             DType::Bool => "bool",
         }
     }
@@ -27,6 +33,7 @@ impl DType {
             "f32" => Some(DType::F32),
             "i32" => Some(DType::I32),
             "u32" => Some(DType::U32),
+            "u8" => Some(DType::U8),
             "bool" => Some(DType::Bool),
             _ => None,
         }
@@ -36,7 +43,7 @@ impl DType {
     pub fn size(self) -> usize {
         match self {
             DType::F32 | DType::I32 | DType::U32 => 4,
-            DType::Bool => 1,
+            DType::U8 | DType::Bool => 1,
         }
     }
 
@@ -45,7 +52,7 @@ impl DType {
     }
 
     pub fn is_int(self) -> bool {
-        matches!(self, DType::I32 | DType::U32)
+        matches!(self, DType::I32 | DType::U32 | DType::U8)
     }
 }
 
@@ -97,6 +104,7 @@ pub enum Data {
     F32(Vec<f32>),
     I32(Vec<i32>),
     U32(Vec<u32>),
+    U8(Vec<u8>),
     Bool(Vec<bool>),
 }
 
@@ -126,6 +134,7 @@ impl Array {
             Data::F32(_) => DType::F32,
             Data::I32(_) => DType::I32,
             Data::U32(_) => DType::U32,
+            Data::U8(_) => DType::U8,
             Data::Bool(_) => DType::Bool,
         }
     }
@@ -141,6 +150,7 @@ impl Array {
             DType::F32 => Data::F32(vec![0.0; n]),
             DType::I32 => Data::I32(vec![0; n]),
             DType::U32 => Data::U32(vec![0; n]),
+            DType::U8 => Data::U8(vec![0; n]),
             DType::Bool => Data::Bool(vec![false; n]),
         };
         Array::new(ty.shape.clone(), data)
@@ -152,6 +162,7 @@ impl Array {
             Data::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             Data::I32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
             Data::U32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            Data::U8(v) => v.clone(),
             Data::Bool(v) => v.iter().map(|&b| b as u8).collect(),
         }
     }
@@ -167,6 +178,7 @@ impl Array {
             (Data::F32(a), Data::F32(b)) => put(a, i, b),
             (Data::I32(a), Data::I32(b)) => put(a, i, b),
             (Data::U32(a), Data::U32(b)) => put(a, i, b),
+            (Data::U8(a), Data::U8(b)) => put(a, i, b),
             (Data::Bool(a), Data::Bool(b)) => put(a, i, b),
             _ => panic!("set_row: the row's dtype differs"),
         }
@@ -182,6 +194,7 @@ impl Array {
             DType::F32 => Data::F32(bytes.chunks_exact(4).map(|c| f32::from_le_bytes(word(c))).collect()),
             DType::I32 => Data::I32(bytes.chunks_exact(4).map(|c| i32::from_le_bytes(word(c))).collect()),
             DType::U32 => Data::U32(bytes.chunks_exact(4).map(|c| u32::from_le_bytes(word(c))).collect()),
+            DType::U8 => Data::U8(bytes.to_vec()),
             DType::Bool => Data::Bool(bytes.iter().map(|&b| b != 0).collect()),
         };
         Some(Array::new(ty.shape.clone(), data))
@@ -194,6 +207,7 @@ impl Data {
             Data::F32(v) => v.len(),
             Data::I32(v) => v.len(),
             Data::U32(v) => v.len(),
+            Data::U8(v) => v.len(),
             Data::Bool(v) => v.len(),
         }
     }

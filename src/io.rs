@@ -74,6 +74,11 @@ fn read_array(ty: &ArrayTy, v: &Value, at: &str) -> Result<Array, String> {
                 .map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok()).ok_or_else(|| bad(x)))
                 .collect::<Result<_, _>>()?,
         ),
+        DType::U8 => Data::U8(
+            flat.iter()
+                .map(|x| x.as_u64().and_then(|n| u8::try_from(n).ok()).ok_or_else(|| bad(x)))
+                .collect::<Result<_, _>>()?,
+        ),
         DType::Bool => Data::Bool(flat.iter().map(|x| x.as_bool().ok_or_else(|| bad(x))).collect::<Result<_, _>>()?),
     };
     Ok(Array::new(ty.shape.clone(), data))
@@ -162,6 +167,7 @@ fn data_json(d: &Data) -> Value {
             .collect(),
         Data::I32(v) => json!(v),
         Data::U32(v) => json!(v),
+        Data::U8(v) => json!(v),
         Data::Bool(v) => json!(v),
     }
 }
@@ -191,6 +197,7 @@ fn show_array(a: &Array) -> String {
         Data::F32(v) => v.iter().map(|x| format!("{x:?}")).collect(),
         Data::I32(v) => v.iter().map(|x| x.to_string()).collect(),
         Data::U32(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::U8(v) => v.iter().map(|x| x.to_string()).collect(),
         Data::Bool(v) => v.iter().map(|x| x.to_string()).collect(),
     };
     nest(&items, &a.shape)

@@ -76,6 +76,34 @@ fn args_are_read_by_parameter_type() {
     assert!(stderr(&bad).contains("expected a list of 2 elements"), "{}", stderr(&bad));
 }
 
+/// A u8 argument reaches the device and comes back as bytes (`"dtype": "u8"`), arithmetic
+/// wrapping; a value outside 0..=255 is refused with the argument named.
+#[test]
+fn u8_arguments_and_results() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("bytes.pod");
+    std::fs::write(&file, "fn main(frame: u8[2, 2]) -> (u8[2, 2], f32[2, 2]) { (frame + 1, frame as f32 / 255.0) }\n")
+        .expect("write");
+    let f = file.to_str().expect("utf-8");
+    let args = "[[[0, 51], [254, 255]]]";
+    let run = json(&podc(&["run", f, "--json", "--args", args]));
+    assert_eq!(run["outputs"][0], serde_json::json!({"dtype": "u8", "shape": [2, 2], "data": [1, 52, 255, 0]}));
+    // XLA divides by a constant as a multiplication by its reciprocal, an ulp away from
+    // the interpreter's quotient: compare the floats loosely.
+    let scaled: Vec<f64> =
+        run["outputs"][1]["data"].as_array().expect("a list").iter().filter_map(|x| x.as_f64()).collect();
+    for (got, want) in scaled.iter().zip([0.0, 0.2, 254.0 / 255.0, 1.0]) {
+        assert!((got - want).abs() < 1e-6, "{scaled:?}");
+    }
+    let eval = json(&podc(&["eval", f, "--json", "--args", args]));
+    assert_eq!(run["outputs"][0], eval["outputs"][0]);
+    for bad in ["[[[0, 256], [1, 2]]]", "[[[0, -1], [1, 2]]]", "[[[0, 1.5], [1, 2]]]"] {
+        let out = podc(&["run", f, "--args", bad]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(stderr(&out).contains("argument 1") && stderr(&out).contains("not a valid `u8`"), "{}", stderr(&out));
+    }
+}
+
 #[test]
 fn a_missing_plugin_is_named() {
     let o = podc(&["run", "examples/basics/matmul.pod", "--plugin", "/nonexistent/libpjrt.so"]);

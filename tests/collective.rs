@@ -32,6 +32,9 @@ fn t_pmean_of_grads(w: f32[3], x: f32[3]) -> f32[3] { pmean(grad(local, w, x)) }
 // Inside a loop (a `stablehlo.while` body).
 fn doubling(x: f32[3]) -> f32[3] { for i in 0..3 carry y = x { psum(y) } }
 
+// Bytes add up modulo 256 across replicas.
+fn bytes(x: u8[3]) -> u8[3] { psum(x) }
+
 // A constant is not folded through `psum`: on D replicas it is D times itself.
 fn count() -> (f32, i32) { (psum(1.0), psum(1)) }
 ";
@@ -131,6 +134,15 @@ fn psum_of_a_constant_counts_replicas() {
     for outs in got {
         assert_eq!(outs, vec![Array::f32(vec![], vec![2.0]), Array::i32(vec![], vec![2])]);
     }
+}
+
+/// `psum` of u8 wraps, as any u8 sum does.
+#[test]
+fn psum_of_bytes_wraps() {
+    let x = |v: [u8; 3]| vec![Array::new(vec![3], Data::U8(v.to_vec()))];
+    let got = run_replicated(&entry("bytes"), &[x([1, 200, 255]), x([2, 100, 255])]);
+    let want = Array::new(vec![3], Data::U8(vec![3, 44, 254]));
+    assert_eq!(got, vec![vec![want.clone()], vec![want]]);
 }
 
 /// The interpreter runs one replica, where both collectives are the identity; so is the

@@ -86,6 +86,7 @@ fn generated_programs_compile_to_what_the_interpreter_computes() {
             ("for", &|src: &str| src.contains(" carry ")),
             ("size generics", &|src: &str| src.contains("<N>")),
             ("batches of structs", &batch_of_structs),
+            ("u8", &|src: &str| src.contains("u8")),
         ] {
             let count = made.iter().filter(|p| has(&p.source)).count() as u64;
             assert!(count * 10 > n, "only {count} of {n} programs use {what}");

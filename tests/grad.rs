@@ -444,7 +444,9 @@ fn nudge(args: &[Array], a: usize, k: usize, h: f32) -> Vec<Array> {
 fn scalar(a: &Array) -> f32 {
     match &a.data {
         Data::F32(v) if v.len() == 1 => v[0],
-        Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_) => panic!("expected an f32 scalar, got {}", a.ty()),
+        Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_) => {
+            panic!("expected an f32 scalar, got {}", a.ty())
+        }
     }
 }
 
@@ -461,7 +463,7 @@ fn finite_difference(f: &Func, args: &[Array], a: usize, k: usize) -> f32 {
 fn f32_data(a: &Array) -> &[f32] {
     match &a.data {
         Data::F32(v) => v,
-        Data::I32(_) | Data::U32(_) | Data::Bool(_) => panic!("expected f32, got {}", a.ty()),
+        Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_) => panic!("expected f32, got {}", a.ty()),
     }
 }
 

@@ -202,6 +202,7 @@ fn row(a: &Array, i: usize) -> Array {
         Data::U32(v) => Data::U32(v[i * per..(i + 1) * per].to_vec()),
         Data::F32(v) => Data::F32(v[i * per..(i + 1) * per].to_vec()),
         Data::I32(v) => Data::I32(v[i * per..(i + 1) * per].to_vec()),
+        Data::U8(v) => Data::U8(v[i * per..(i + 1) * per].to_vec()),
         Data::Bool(v) => Data::Bool(v[i * per..(i + 1) * per].to_vec()),
     };
     Array::new(a.shape[1..].to_vec(), data)
@@ -590,10 +591,45 @@ fn envpool_same_step_auto_reset() {
         all
     };
     assert_eq!(run(1), run(2));
+    envpool_pong_has_the_atari_defaults();
     // A restarted worker's seeds are past 2**32; EnvPool's are int32.
     let mut env = pool("envpool:CartPole-v1", 2, 1);
     let mut out = StepOut::new(env.spec(), 2);
     env.reset((3 << 32) + 5, &mut out).unwrap();
+}
+
+/// `envpool:Pong-v5`: the spaces `ale:Pong` has, sticky actions by default (the worker's
+/// frames are EnvPool's own with `repeat_action_probability=0.25`, step by step, until the
+/// time limit), and a time limit that only truncates.
+fn envpool_pong_has_the_atari_defaults() {
+    let (n, seed, limit) = (3, 9, 60);
+    let mut env = pool(&format!("envpool:Pong-v5?max_episode_steps={limit}"), n, 1);
+    assert_eq!(env.spec().to_string(), format!("observation: u8[4, 84, 84], action: discrete(6), time_limit: {limit}"));
+    let acts = actions(7, limit + 5, n, 6);
+    let before_limit: Vec<&Vec<i32>> = acts.iter().take(limit - 1).collect();
+    let kwargs = json!({"repeat_action_probability": 0.25, "max_episode_steps": limit});
+    let cfg = json!({"envpool": true, "game": "Pong-v5", "kwargs": kwargs, "num_envs": n, "seed": seed, "actions": before_limit});
+    let reference =
+        Command::new(env.python()).arg("tests/fixtures/host/ale_reference.py").arg(cfg.to_string()).output().unwrap();
+    assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
+    let want: Value = serde_json::from_slice(&reference.stdout).unwrap();
+    let mut out = StepOut::new(env.spec(), n);
+    env.reset(seed, &mut out).unwrap();
+    assert_eq!(row_crcs(&out.obs, n), u64s(&want["reset"]), "reset");
+    for (t, a) in acts.iter().enumerate() {
+        env.step(&discrete(a), &mut out).unwrap();
+        if t + 1 < limit {
+            assert_eq!(row_crcs(&out.obs, n), u64s(&want["steps"][t]["obs"]), "obs at step {t}");
+            assert_eq!(out.reward, flat(&want["steps"][t]["reward"]), "reward at step {t}");
+        }
+        assert_eq!(out.truncated, vec![t + 1 == limit; n], "truncated at step {t}");
+        assert_eq!(out.terminated, vec![false; n], "terminated at step {t}");
+        if t + 1 == limit {
+            assert_ne!(row_crcs(&out.obs, n), row_crcs(&out.final_obs, n), "new episodes at step {t}");
+        } else {
+            assert_eq!(out.obs, out.final_obs, "step {t}");
+        }
+    }
 }
 
 /// Env steps per second through workers, next to the worker's backend class and the raw
@@ -632,5 +668,120 @@ fn throughput() {
         println!(
             "{uri}, {envs} envs, {workers} worker(s): {rate:.0} steps/s; in-process: {class} (worker class), {raw} (raw)"
         );
+    }
+}
+
+/// The CRC-32 of each env's observation bytes, as `ale_reference.py` reports them.
+fn row_crcs(bytes: &[u8], n: usize) -> Vec<u64> {
+    bytes.chunks_exact(bytes.len() / n).map(|r| u64::from(crc32fast::hash(r))).collect()
+}
+
+fn u64s(v: &Value) -> Vec<u64> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+}
+
+/// An `ale:` URI through `workers` workers against ale-py's vector env driven directly in
+/// Python (`tests/fixtures/host/ale_reference.py`) with the same seed and actions, step by
+/// step: observation bytes, final observations, rewards, terminated and truncated.
+/// `ale_kwargs` are ale-py's own arguments for the settings the URI gives, on top of the
+/// two defaults where podc's differ from ale-py's (sticky actions, no reward clipping).
+/// Returns the episodes that terminated and that were truncated.
+fn ale_equals_ale_py(
+    uri: &str,
+    spec: &str,
+    ale_kwargs: Value,
+    n: usize,
+    workers: usize,
+    steps: usize,
+) -> (usize, usize) {
+    let seed = 11;
+    let mut env = pool(uri, n, workers);
+    assert_eq!(env.spec().to_string(), spec);
+    let ActionSpace::Discrete(n_actions) = env.spec().action else { panic!("{spec}") };
+    let acts = actions(5, steps, n, n_actions);
+    let game = EnvUri::parse(uri).unwrap().id;
+    let mut kwargs = json!({"repeat_action_probability": 0.25, "reward_clipping": false});
+    kwargs.as_object_mut().unwrap().extend(ale_kwargs.as_object().unwrap().clone());
+    let cfg = json!({"game": game.to_lowercase(), "kwargs": kwargs, "num_envs": n, "seed": seed, "actions": acts});
+    let reference =
+        Command::new(env.python()).arg("tests/fixtures/host/ale_reference.py").arg(cfg.to_string()).output().unwrap();
+    assert!(reference.status.success(), "{}", String::from_utf8_lossy(&reference.stderr));
+    let want: Value = serde_json::from_slice(&reference.stdout).unwrap();
+
+    let mut out = StepOut::new(env.spec(), n);
+    env.reset(seed, &mut out).unwrap();
+    assert_eq!(row_crcs(&out.obs, n), u64s(&want["reset"]), "reset");
+    let (mut terminated, mut truncated) = (0, 0);
+    for (t, a) in acts.iter().enumerate() {
+        env.step(&discrete(a), &mut out).unwrap();
+        let w = &want["steps"][t];
+        assert_eq!(row_crcs(&out.obs, n), u64s(&w["obs"]), "obs at step {t}");
+        assert_eq!(row_crcs(&out.final_obs, n), u64s(&w["final_obs"]), "final_obs at step {t}");
+        assert_eq!(out.reward, flat(&w["reward"]), "reward at step {t}");
+        assert_eq!(out.terminated, bools(&w["terminated"]), "terminated at step {t}");
+        assert_eq!(out.truncated, bools(&w["truncated"]), "truncated at step {t}");
+        terminated += out.terminated.iter().filter(|&&x| x).count();
+        truncated += out.truncated.iter().filter(|&&x| x).count();
+    }
+    assert_eq!(env.restarts(), 0);
+    (terminated, truncated)
+}
+
+/// `ale:Pong` with its defaults, over two workers, through full episodes (a random
+/// policy loses 21 points in about 800 steps).
+#[test]
+fn ale_pong_through_workers_equals_ale_py() {
+    let spec = "observation: u8[4, 84, 84], action: discrete(6), time_limit: 27000";
+    let (te, tr) = ale_equals_ale_py("ale:Pong", spec, json!({}), 4, 2, 1010);
+    assert!(te > 0 && tr == 0, "{te} terminated, {tr} truncated");
+}
+
+/// A time limit only truncates: `max_episode_steps=50` is ale-py's 200 frames at
+/// frameskip 4, and every env is truncated at steps 50 and 100, never terminated.
+#[test]
+fn ale_time_limit_truncates() {
+    let spec = "observation: u8[4, 84, 84], action: discrete(6), time_limit: 50";
+    let kwargs = json!({"max_num_frames_per_episode": 200});
+    let (te, tr) = ale_equals_ale_py("ale:Pong?max_episode_steps=50", spec, kwargs, 3, 1, 120);
+    assert_eq!((te, tr), (0, 6));
+}
+
+/// The optional settings reach ale-py under its names: episodic life (a life lost
+/// terminates and the game goes on: ale-py's `life_loss_info`), clipped rewards, another
+/// frameskip (the time limit in frames follows it).
+#[test]
+fn ale_settings_reach_ale_py() {
+    let uri = "ale:Breakout?episodic_life=true&reward_clip=true&frameskip=3&max_episode_steps=50";
+    let spec = "observation: u8[4, 84, 84], action: discrete(4), time_limit: 50";
+    let kwargs =
+        json!({"life_loss_info": true, "reward_clipping": true, "frameskip": 3, "max_num_frames_per_episode": 150});
+    let (te, tr) = ale_equals_ale_py(uri, spec, kwargs, 3, 1, 160);
+    assert!(te > 0 && tr > 0, "{te} terminated, {tr} truncated");
+}
+
+/// `podc env describe ale:Pong` prints a block `podc check` accepts; a misspelt game and
+/// an unknown setting are clear errors.
+#[test]
+fn podc_env_describe_ale() {
+    let podc = env!("CARGO_BIN_EXE_podc");
+    let python = cache_python(Backend::Ale);
+    let run = |uri: &str| Command::new(podc).args(["env", "describe", uri, "--python"]).arg(&python).output().unwrap();
+    let o = run("ale:Pong");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let block = String::from_utf8(o.stdout).unwrap();
+    insta::assert_snapshot!("env_describe_ale_pong", block);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pong.pod");
+    std::fs::write(&file, &block).unwrap();
+    let check = Command::new(podc).arg("check").arg(&file).output().unwrap();
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
+    for (uri, says) in [
+        ("ale:Pongg", "cannot make `ale:Pongg`: ValueError: ale-py 0.12.1 has no game `Pongg`; did you mean `Pong`"),
+        ("ale:Pong?sticky=0.25", "`sticky` is not a setting of `ale:` envs; they are frameskip, maxpool,"),
+        ("ale:Pong?frameskip=0", "`frameskip=0`: expected an integer ≥ 1"),
+    ] {
+        let o = run(uri);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.code() == Some(1) && err.contains(says) && !err.contains("panicked"), "{uri}: {err}");
     }
 }

@@ -60,6 +60,7 @@ const F32_EDGES: [f32; 10] = [0.0, -0.0, 1.0, -1.5, 2.5, f32::INFINITY, f32::NEG
 const F32_TINY: [f32; 7] = [0.0, -0.0, 1.0, 1e-40, -1e-40, 1e-20, 1.2e-38];
 const I32_EDGES: [i32; 8] = [0, 1, -1, 7, -7, 31, i32::MIN, i32::MAX];
 const U32_EDGES: [u32; 7] = [0, 1, 7, 31, 32, 0x8000_0000, u32::MAX];
+const U8_EDGES: [u8; 8] = [0, 1, 7, 8, 127, 128, 200, 255];
 /// Shift amounts: in range, at and past the bit width, and negative (huge as unsigned).
 const SHIFTS: [i32; 6] = [0, 1, 5, 31, 32, -1];
 
@@ -80,6 +81,10 @@ fn i32v(v: &[i32]) -> Array {
 
 fn u32v(v: &[u32]) -> Array {
     Array::new(vec![v.len()], Data::U32(v.to_vec()))
+}
+
+fn u8v(v: &[u8]) -> Array {
+    Array::new(vec![v.len()], Data::U8(v.to_vec()))
 }
 
 fn boolv(v: &[bool]) -> Array {
@@ -671,12 +676,166 @@ fn cases() -> Vec<Case> {
         build: Box::new(|_, vs| vec![vs[1], vs[0], vs[1]]),
     });
 
+    cs.extend(u8_cases());
+    for x in [u8v(&U8_EDGES), i32v(&I32_EDGES), u32v(&U32_EDGES)] {
+        cs.push(foldable_division_case(x));
+    }
+
     cs.push(loop_case("loop with a constant and two carries", 2, 12));
     cs.push(loop_case("loop that never runs", 3, 3));
     cs.push(loop_case("loop with lo above hi", 5, -2));
     cs.push(loop_case("loop over negative indices", -4, 1));
     cs.push(nested_loop_case());
     cs
+}
+
+/// Bytes: arithmetic mod 256 (the interpreter computes it in u32 and keeps the low byte),
+/// unsigned comparisons, conversions to and from every dtype (f32 saturating into
+/// 0..=255), and the dtype-generic primitives on u8 data. A PRNG of their own, so that
+/// the other cases keep their inputs.
+fn u8_cases() -> Vec<Case> {
+    let mut rng = Rng(0x0808);
+    let mut cs = vec![];
+    for op in [UnaryOp::Neg, UnaryOp::Not] {
+        cs.push(exact(format!("{op:?} u8"), unary(op), vec![u8v(&U8_EDGES)]));
+    }
+    let (a, b) = pairs(&U8_EDGES, &U8_EDGES);
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Rem,
+        BinaryOp::Max,
+        BinaryOp::Min,
+        BinaryOp::And,
+        BinaryOp::Or,
+        BinaryOp::Xor,
+    ] {
+        cs.push(exact(format!("{op:?} u8"), binary(op), vec![u8v(&a), u8v(&b)]));
+        cs.push(exact(format!("{op:?} u8 random"), binary(op), vec![rng.u8s(&[4, 8]), rng.u8s(&[4, 8])]));
+    }
+    let (sa, sb) = pairs(&U8_EDGES, &[0, 1, 5, 7, 8, 9, 31, 32, 200, 255]);
+    for op in [BinaryOp::ShiftLeft, BinaryOp::ShiftRightLogical] {
+        cs.push(exact(format!("{op:?} u8"), binary(op), vec![u8v(&sa), u8v(&sb)]));
+    }
+    for op in [CmpOp::Eq, CmpOp::Ne, CmpOp::Lt, CmpOp::Le, CmpOp::Gt, CmpOp::Ge] {
+        cs.push(exact(format!("{op:?} u8"), Prim::Compare(Compare { op }), vec![u8v(&a), u8v(&b)]));
+    }
+    cs.push(exact("select u8", Prim::Select(Select), vec![rng.bools(&[6]), rng.u8s(&[6]), rng.u8s(&[6])]));
+
+    let from_f32 = f32v(&[
+        -1.5,
+        -0.5,
+        -0.0,
+        0.5,
+        0.9999,
+        127.5,
+        254.9,
+        255.0,
+        255.5,
+        256.0,
+        300.0,
+        1e10,
+        -1e10,
+        f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        1e-40,
+    ]);
+    let sources = [
+        from_f32,
+        i32v(&[i32::MIN, -129, -128, -1, 0, 1, 127, 128, 255, 256, 300, i32::MAX]),
+        u32v(&[0, 1, 255, 256, 511, 0x8000_0080, u32::MAX]),
+        u8v(&U8_EDGES),
+        boolv(&[false, true]),
+    ];
+    for src in &sources {
+        for to in [DType::F32, DType::I32, DType::U32, DType::U8, DType::Bool] {
+            if src.dtype() == DType::U8 || to == DType::U8 {
+                let name = format!("convert {} to {to}", src.dtype());
+                cs.push(exact(name, Prim::Convert(Convert { to }), vec![src.clone()]));
+            }
+        }
+    }
+
+    let bytes = Array::new(vec![2, 3], Data::U8(vec![0, 1, 127, 128, 200, 255]));
+    cs.push(exact("constant u8", Prim::Constant(Constant { value: bytes }), vec![]));
+    // Past 255 the index wraps, as the device's conversion of it does.
+    let iota = ArrayTy::new(DType::U8, vec![300]);
+    cs.push(exact("iota u8[300] wraps", Prim::Iota(Iota { ty: iota, dim: 0 }), vec![]));
+
+    let frames = rng.u8s(&[2, 3, 4]);
+    let transpose = Prim::Transpose(Transpose { perm: vec![2, 0, 1] });
+    cs.push(exact("transpose u8", transpose, vec![frames.clone()]));
+    cs.push(exact("reshape u8", Prim::Reshape(Reshape { shape: vec![6, 4] }), vec![frames.clone()]));
+    cs.push(exact(
+        "broadcast u8",
+        Prim::Broadcast(Broadcast { shape: vec![3, 4], dims: vec![1] }),
+        vec![rng.u8s(&[4])],
+    ));
+    let concat = Prim::Concat(Concat { axis: 1 });
+    cs.push(exact("concat u8", concat, vec![rng.u8s(&[2, 1, 4]), frames.clone()]));
+    let slice = Prim::Slice(Slice { start: vec![0, 1, 1], limit: vec![2, 3, 3] });
+    cs.push(exact("slice u8", slice, vec![frames.clone()]));
+    cs.push(exact(
+        "dynamic_slice u8, clamped",
+        Prim::DynamicSlice(DynamicSlice { sizes: vec![1, 2, 4] }),
+        vec![frames.clone(), scalar_i32(5), scalar_i32(-1), scalar_i32(0)],
+    ));
+    cs.push(exact(
+        "dynamic_update_slice u8",
+        Prim::DynamicUpdateSlice(DynamicUpdateSlice),
+        vec![frames.clone(), rng.u8s(&[1, 2, 2]), scalar_i32(1), scalar_i32(1), scalar_i32(2)],
+    ));
+    let none: (&[usize], &[usize]) = (&[], &[]);
+    cs.push(exact(
+        "gather u8 rows",
+        gather(&[1, 2], &[0], none, &[0], &[1, 3, 4]),
+        vec![frames.clone(), Array::i32(vec![3, 1], vec![1, 0, 7])],
+    ));
+    cs.push(exact(
+        "scatter u8 rows",
+        scatter(&[1, 2], &[0], none, &[0]),
+        vec![frames.clone(), Array::i32(vec![1, 1], vec![1]), rng.u8s(&[1, 3, 4])],
+    ));
+
+    for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+        let reduce = |axes: &[usize]| Prim::Reduce(Reduce { op, axes: axes.to_vec() });
+        cs.push(exact(format!("{op:?} u8 axes [1]"), reduce(&[1]), vec![rng.u8s(&[3, 40])]));
+        cs.push(exact(format!("{op:?} u8 all"), reduce(&[0, 1, 2]), vec![frames.clone()]));
+    }
+    cs.push(exact("argmax u8", Prim::Argmax(Argmax { axis: 1 }), vec![rng.u8s(&[3, 9])]));
+    let matmul = Prim::Dot(Dot { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: vec![1], rhs_contract: vec![0] });
+    cs.push(exact("matmul u8 wraps", matmul, vec![rng.u8s(&[3, 5]), rng.u8s(&[5, 2])]));
+    cs.push(exact("argsort u8", Prim::Argsort(Argsort { axis: 0 }), vec![u8v(&[7, 255, 0, 128, 7, 1])]));
+    cs
+}
+
+/// Integer divisions that XLA can work out while compiling: `(x * 0) / (x * 0)`, `x / 0`
+/// with a constant 0, and for i32 a constant `MIN / -1`. XLA's constant folder divides
+/// natively and dies of SIGFPE on them, so the lowering must keep such divisors from it.
+fn foldable_division_case(x: Array) -> Case {
+    let name = format!("foldable divisions {}", x.dtype());
+    let build: Build = Box::new(|fb, vs| {
+        let (x, ty) = (vs[0], fb.types[vs[0].0 as usize].clone());
+        let zero = fb.prim1(Prim::Constant(Constant { value: Array::zeros(&ty) }), &[]);
+        let z = fb.prim1(binary(BinaryOp::Mul), &[x, zero]);
+        let mut outs = vec![];
+        for op in [BinaryOp::Div, BinaryOp::Rem] {
+            outs.push(fb.prim1(binary(op), &[z, z]));
+            outs.push(fb.prim1(binary(op), &[x, zero]));
+        }
+        if ty.dtype == DType::I32 {
+            let min = fb.prim1(Prim::Constant(Constant { value: i32v(&[i32::MIN, i32::MIN]) }), &[]);
+            let minus_one = fb.prim1(Prim::Constant(Constant { value: i32v(&[-1, -1]) }), &[]);
+            for op in [BinaryOp::Div, BinaryOp::Rem] {
+                outs.push(fb.prim1(binary(op), &[min, minus_one]));
+            }
+        }
+        outs
+    });
+    Case { name, args: vec![x], tol: Tol::Exact, build }
 }
 
 /// `for i in lo..hi { acc += x * f32(i); n += 1 }` with `x` a loop constant.
@@ -817,14 +976,14 @@ fn abs_scale(c: &Case) -> Option<Vec<f32>> {
         .iter()
         .map(|a| match &a.data {
             Data::F32(v) => Array::f32(a.shape.clone(), v.iter().map(|x| x.abs()).collect()),
-            Data::I32(_) | Data::U32(_) | Data::Bool(_) => a.clone(),
+            Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_) => a.clone(),
         })
         .collect();
     let (f, _) = build(&[c]);
     let out = eval_func(&f, &args);
     match &out[0].data {
         Data::F32(v) => Some(v.clone()),
-        Data::I32(_) | Data::U32(_) | Data::Bool(_) => None,
+        Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_) => None,
     }
 }
 

@@ -25,8 +25,14 @@ fn stderr(o: &Output) -> String {
 /// The cache venv (made by podc's own code), named explicitly so that the caller's
 /// `PODC_PYTHON` or `VIRTUAL_ENV` cannot change what is tested.
 fn cache_python() -> PathBuf {
+    cache_python_for(Backend::Gymnasium)
+}
+
+fn cache_python_for(backend: Backend) -> PathBuf {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let cache = podracer::runtime::plugin::cache_dir().unwrap();
-    podracer::host::python::cache_venv(&cache, Backend::Gymnasium).unwrap_or_else(|e| panic!("{e}"))
+    podracer::host::python::cache_venv(&cache, backend).unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn records(dir: &Path) -> Vec<Value> {
@@ -319,4 +325,30 @@ agent Still for Count {
             assert_eq!(r["episode_return"], 15.0, "{arch}: five steps of the overridden reward: {r}");
         }
     }
+}
+
+/// Atari through Sebulba end to end: a tiny pixel agent (`tests/agents/atari_pixels.pod`,
+/// `u8[4, 84, 84]` frames as `f32` in a linear A2C) on `ale:Pong`, a few hundred steps;
+/// the run is the same with the envs split over one worker or two.
+#[test]
+fn a_pixel_agent_trains_on_ale_pong() {
+    let dir = tempfile::tempdir().unwrap();
+    let python = cache_python_for(Backend::Ale);
+    let run = |workers: &str| {
+        let out = dir.path().join(workers);
+        let o = podc(&["train", "tests/agents/atari_pixels.pod", "--env", "ale:Pong", "-q", "--envs", "8"])
+            .args(["--rollout", "16", "--updates-per-call", "1", "--total-steps", "384", "--seed", "1"])
+            .args(["--env-workers", workers, "--out", out.to_str().unwrap(), "--python", python.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "--env-workers {workers}: {}", stderr(&o));
+        assert!(out.join("checkpoint.safetensors").exists());
+        records(&out)
+    };
+    let one = run("1");
+    assert_eq!(one.last().unwrap()["env_steps"], 384);
+    assert!(one.iter().all(|r| r["loss"].as_f64().is_some_and(|l| l.is_finite() && l != 0.0)), "{one:?}");
+    assert!(one.iter().all(|r| r["worker_restarts"] == 0), "{one:?}");
+    let two = run("2");
+    assert_eq!(one.iter().map(untimed).collect::<Vec<_>>(), two.iter().map(untimed).collect::<Vec<_>>());
 }

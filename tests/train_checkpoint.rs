@@ -31,6 +31,7 @@ fn loads_a_checkpoint_written_by_python_safetensors() {
         ("env.state.ball_x".to_string(), Array::f32(vec![], vec![3.5])),
         ("env.state.done".to_string(), Array::new(vec![2, 1, 2], Data::Bool(vec![true, false, false, true]))),
         ("env.state.empty".to_string(), Array::f32(vec![0, 4], vec![])),
+        ("env.state.frame".to_string(), Array::new(vec![2, 3], Data::U8(vec![0, 7, 128, 200, 254, 255]))),
         (
             "learner.params.actor.hidden0.w".to_string(),
             Array::f32(vec![3, 3], vec![0.5, -1.0, 2.25, f32::MAX, -0.0, 1e-45, f32::INFINITY, f32::NEG_INFINITY, 3.0]),

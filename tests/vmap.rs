@@ -59,6 +59,7 @@ enum Gen {
     /// i32, uniform in `[lo, hi)`.
     I32(Vec<usize>, i32, i32),
     U32(Vec<usize>),
+    U8(Vec<usize>),
     Bool(Vec<usize>),
 }
 
@@ -68,6 +69,7 @@ impl Gen {
             Gen::F32(s, ..) | Gen::Edgy(s, _) => ArrayTy::new(DType::F32, s.clone()),
             Gen::I32(s, ..) => ArrayTy::new(DType::I32, s.clone()),
             Gen::U32(s) => ArrayTy::new(DType::U32, s.clone()),
+            Gen::U8(s) => ArrayTy::new(DType::U8, s.clone()),
             Gen::Bool(s) => ArrayTy::new(DType::Bool, s.clone()),
         }
     }
@@ -90,6 +92,7 @@ impl Gen {
             }
             Gen::I32(s, lo, hi) => rng.i32s(s, *lo, *hi),
             Gen::U32(s) => rng.u32s(s),
+            Gen::U8(s) => rng.u8s(s),
             Gen::Bool(s) => rng.bools(s),
         }
     }
@@ -430,6 +433,18 @@ fn prim_cases() -> Vec<Case> {
         cs.push(exact(format!("{name}, gather"), select_and_gather_add(&w), vec![f32s(&x), f32s(&x)]));
     }
     cs.push(exact("reverse", Prim::Reverse(Reverse { dims: vec![0, 2] }), vec![edgy(&[2, 3, 4])]));
+
+    // u8: nothing in batching depends on the dtype; these keep it so
+    let u8s = |shape: &[usize]| Gen::U8(shape.to_vec());
+    for op in [BinaryOp::Add, BinaryOp::Mul, BinaryOp::Div] {
+        cs.push(exact(format!("{op:?} u8"), binary(op), vec![u8s(&s), u8s(&s)]));
+    }
+    cs.push(exact("Lt u8", Prim::Compare(Compare { op: CmpOp::Lt }), vec![u8s(&s), u8s(&s)]));
+    cs.push(exact("convert f32 to u8", Prim::Convert(Convert { to: DType::U8 }), vec![edgy(&s)]));
+    cs.push(exact("convert u8 to f32", Prim::Convert(Convert { to: DType::F32 }), vec![u8s(&s)]));
+    cs.push(exact("Sum u8", reduce(ReduceOp::Sum, &[1]), vec![u8s(&[3, 4])]));
+    cs.push(exact("argsort u8", argsort(1), vec![u8s(&[3, 4])]));
+    cs.push(exact("matmul u8", dot(&[], &[], &[1], &[0]), vec![u8s(&[2, 3]), u8s(&[3, 2])]));
     cs
 }
 

@@ -224,7 +224,7 @@ fn unbatched(a: Array) -> Array {
 }
 
 pub struct BenchArgs<'a> {
-    /// A `.pod` file, or a host env URI (`gymnasium:`, `envpool:`, `pod:`).
+    /// A `.pod` file, or a host env URI (`gymnasium:`, `envpool:`, `ale:`, `pod:`).
     pub file: &'a Path,
     pub source: &'a crate::driver::LoadOptions,
     pub env: Option<&'a str>,
@@ -240,12 +240,12 @@ pub struct BenchArgs<'a> {
     pub env_import: Vec<String>,
 }
 
-/// The URI when `file` names a host env (`gymnasium:`, `envpool:`, `pod:`) rather than a
-/// `.pod` file.
+/// The URI when `file` names a host env (`gymnasium:`, `envpool:`, `ale:`, `pod:`) rather
+/// than a `.pod` file.
 fn host_uri(file: &Path) -> Option<&str> {
     let s = file.to_str()?;
     let (scheme, _) = s.split_once(':')?;
-    matches!(scheme, "gymnasium" | "envpool" | "pod").then_some(s)
+    crate::host::Backend::from_scheme(scheme).map(|_| s)
 }
 
 /// `podc bench env`: compiles one program running `steps` steps of `envs` environments

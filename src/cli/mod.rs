@@ -138,7 +138,7 @@ enum Command {
         #[command(flatten)]
         sebulba: train::SebulbaFlags,
     },
-    /// Host environments (Gymnasium, EnvPool, `.pod` stepped on the host).
+    /// Host environments (Gymnasium, EnvPool, Atari through ale-py, `.pod` stepped on the host).
     #[command(subcommand)]
     Env(EnvCmd),
     /// Measure throughput.
@@ -156,7 +156,7 @@ enum Command {
 enum Bench {
     /// Env steps per second of the batched, auto-resetting env with random actions, run
     /// in one loop on the device: the median of several runs after a warm-up. A host env
-    /// URI (`gymnasium:ID`, `envpool:ID`, `pod:FILE.pod`) is stepped from the host instead,
+    /// URI (`gymnasium:ID`, `envpool:ID`, `ale:GAME`, `pod:FILE.pod`) is stepped from the host instead,
     /// one `step` call per batch step, as Sebulba's actors step it.
     Env {
         /// A `.pod` file, or a host env URI.
@@ -232,7 +232,8 @@ enum EnvCmd {
     /// Print the `extern env` block that declares a host env's spaces, ready to paste
     /// into a `.pod` file.
     Describe {
-        /// `gymnasium:ID[?key=value&...]`, `envpool:ID[?...]` or `pod:FILE.pod[?env=NAME]`.
+        /// `gymnasium:ID[?key=value&...]`, `envpool:ID[?...]`, `ale:GAME[?...]` or
+        /// `pod:FILE.pod[?env=NAME]`.
         uri: String,
         #[command(flatten)]
         host: HostArgs,

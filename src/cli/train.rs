@@ -71,7 +71,7 @@ pub fn anakin_programs_at_defaults(prog: &Program, agent: &str) -> Result<Anakin
 /// The flags of the Sebulba driver (`podc train --env URI`).
 #[derive(clap::Args, Clone)]
 pub struct SebulbaFlags {
-    /// Train on a host env: `gymnasium:ID[?k=v&..]`, `envpool:ID[?..]` or
+    /// Train on a host env: `gymnasium:ID[?k=v&..]`, `envpool:ID[?..]`, `ale:GAME[?..]` or
     /// `pod:FILE.pod[?env=NAME]` (the Sebulba driver). Must match the agent's env.
     #[arg(long, value_name = "URI")]
     pub env: Option<String>,

@@ -119,7 +119,8 @@ impl Elab<'_> {
             }
             "abs" => {
                 let v = self.array_arg(name, &args[0], |d| d != DType::Bool, "a number");
-                self.map1(v, UnaryOp::Abs)
+                // As `jnp.abs`: the identity on unsigned integers (StableHLO's abs is signed).
+                if matches!(v.ty, Ty::Array(DType::U32 | DType::U8, _)) { v } else { self.map1(v, UnaryOp::Abs) }
             }
             "min" | "max" => {
                 let (a, b) = (self.expr(&args[0]), self.expr(&args[1]));
@@ -358,7 +359,14 @@ impl Elab<'_> {
     fn reduce(&mut self, name: &str, args: &[ast::Expr]) -> Val {
         let v = match name {
             "mean" => self.float_arg(name, &args[0]),
-            "sum" => self.array_arg(name, &args[0], |d| d != DType::Bool, "a number"),
+            "sum" => {
+                let v = self.array_arg(name, &args[0], |d| d != DType::Bool, "a number");
+                // As `jnp.sum`: bytes add up in u32 (a frame's total would wrap in u8).
+                match v.ty {
+                    Ty::Array(DType::U8, _) => self.convert(v, DType::U32, args[0].span),
+                    _ => v,
+                }
+            }
             _ => self.array_arg(name, &args[0], |_| true, "an array"),
         };
         let Ty::Array(dtype, dims) = v.ty.clone() else { return v };

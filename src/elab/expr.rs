@@ -39,9 +39,9 @@ impl Elab<'_> {
         }
         let ty = Ty::Array(to, dims.clone());
         if let Some(a) = &v.known {
-            return match ops::cast_known(a, to) {
-                Some(a) => self.known_val(a, ty, v.weak),
-                None => self.err(TypeError::LiteralRange { value: ops::show_known(a), ty: to.name().into(), span }),
+            return match ops::cast_known(a, to, v.weak) {
+                Ok(a) => self.known_val(a, ty, v.weak),
+                Err(value) => self.err(TypeError::LiteralRange { value, ty: to.name().into(), span }),
             };
         }
         let vars = match self.b.as_mut() {

@@ -444,6 +444,9 @@ pub(crate) fn stack_known(parts: &[Array]) -> Array {
         Data::U32(_) => {
             Data::U32(parts.iter().flat_map(|p| if let Data::U32(v) = &p.data { v.clone() } else { vec![] }).collect())
         }
+        Data::U8(_) => {
+            Data::U8(parts.iter().flat_map(|p| if let Data::U8(v) = &p.data { v.clone() } else { vec![] }).collect())
+        }
         Data::Bool(_) => Data::Bool(
             parts.iter().flat_map(|p| if let Data::Bool(v) = &p.data { v.clone() } else { vec![] }).collect(),
         ),
@@ -451,24 +454,26 @@ pub(crate) fn stack_known(parts: &[Array]) -> Array {
     Array::new(shape, data)
 }
 
-/// Converts a known value, or `None` if a literal does not fit the target dtype.
-pub(crate) fn cast_known(a: &Array, to: DType) -> Option<Array> {
+/// Converts a known value as the device would; if `a` is a weak literal, its integers must
+/// fit the target dtype exactly (`300000000000` is no i32, `-1` no u32, `256` no u8), as
+/// JAX refuses `jnp.uint8(256)`, and the first that does not is the error. A typed value
+/// wraps.
+pub(crate) fn cast_known(a: &Array, to: DType, weak: bool) -> Result<Array, String> {
+    fn ints(d: &Data) -> Option<Vec<i64>> {
+        match d {
+            Data::I32(v) => Some(v.iter().map(|&x| x.into()).collect()),
+            Data::U32(v) => Some(v.iter().map(|&x| x.into()).collect()),
+            Data::U8(v) => Some(v.iter().map(|&x| x.into()).collect()),
+            Data::F32(_) | Data::Bool(_) => None,
+        }
+    }
     let out = Convert { to }.eval(&[a]).remove(0);
-    // Integer literals must fit exactly: `300000000000` is no i32, and `-1` no u32.
-    let fits = match (&a.data, &out.data) {
-        (Data::I32(x), Data::U32(y)) => x.iter().zip(y).all(|(a, b)| *a as i64 == *b as i64),
-        (Data::U32(x), Data::I32(y)) => x.iter().zip(y).all(|(a, b)| *a as i64 == *b as i64),
-        _ => true,
-    };
-    fits.then_some(out)
-}
-
-pub(crate) fn show_known(a: &Array) -> String {
-    match &a.data {
-        Data::F32(v) => format!("{:?}", v.first().unwrap_or(&0.0)),
-        Data::I32(v) => format!("{}", v.first().unwrap_or(&0)),
-        Data::U32(v) => format!("{}", v.first().unwrap_or(&0)),
-        Data::Bool(v) => format!("{}", v.first().unwrap_or(&false)),
+    match (ints(&a.data), ints(&out.data)) {
+        (Some(x), Some(y)) if weak => match x.iter().zip(&y).find(|(p, q)| p != q) {
+            Some((p, _)) => Err(p.to_string()),
+            None => Ok(out),
+        },
+        _ => Ok(out),
     }
 }
 

@@ -61,6 +61,8 @@ mod tests {
         assert_eq!(env_name(Backend::Gymnasium, "CartPole-v1"), "CartPoleV1");
         assert_eq!(env_name(Backend::Pod, "examples/envs/catch.pod"), "Catch");
         assert_eq!(env_name(Backend::EnvPool, "1x-v0"), "Env1xV0");
+        assert_eq!(env_name(Backend::Ale, "Pong"), "Pong");
+        assert_eq!(env_name(Backend::Ale, "ms_pacman"), "MsPacman");
         let spec = EnvSpec {
             name: "AcrobotV1".into(),
             obs: ArrayTy::new(DType::F32, vec![6]),

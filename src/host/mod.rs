@@ -8,13 +8,15 @@
 //! task ended) and `truncated` (a time limit, or an interrupted step) stay distinct.
 //!
 //! Backends, chosen by a URI ([`EnvUri`]):
-//! - `gymnasium:ID?k=v&...` and `envpool:ID?...`: Python envs in worker processes
-//!   ([`pool::WorkerPool`]), data in shared memory, one byte on a socket per step;
+//! - `gymnasium:ID?k=v&...`, `envpool:ID?...` and `ale:GAME?...` (Atari, [`atari`]):
+//!   Python envs in worker processes ([`pool::WorkerPool`]), data in shared memory, one
+//!   byte on a socket per step;
 //! - `pod:FILE.pod`: a `.pod` env compiled and stepped through PJRT ([`pod::PodEnv`]).
 //!
 //! [`open`] builds the backend for a URI; `docs/sebulba.md` describes the protocol and
 //! the fault model.
 
+pub mod atari;
 pub mod describe;
 pub mod pod;
 pub mod pool;
@@ -230,7 +232,7 @@ impl Options {
 pub fn open(uri: &str, opts: &Options, client: Option<&Client>) -> Result<Box<dyn HostEnv>, HostError> {
     let uri = EnvUri::parse(uri)?;
     match uri.backend {
-        Backend::Gymnasium | Backend::EnvPool => Ok(Box::new(pool::WorkerPool::start(&uri, opts)?)),
+        Backend::Gymnasium | Backend::EnvPool | Backend::Ale => Ok(Box::new(pool::WorkerPool::start(&uri, opts)?)),
         Backend::Pod => {
             let file = PathBuf::from(&uri.id);
             let mut env_name = None;

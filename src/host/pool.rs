@@ -123,8 +123,15 @@ impl WorkerPool {
     fn collect(&self, i: usize, out: &mut StepOut) {
         let s = &self.slots[i];
         let (lo, n, ob) = (s.first, s.worker.num_envs, self.spec.obs_bytes());
-        out.obs[lo * ob..(lo + n) * ob].copy_from_slice(s.worker.obs());
-        out.final_obs[lo * ob..(lo + n) * ob].copy_from_slice(s.worker.final_obs());
+        let (obs, fin) = (s.worker.obs(), s.worker.final_obs());
+        out.obs[lo * ob..(lo + n) * ob].copy_from_slice(obs);
+        // The worker writes final observations only for the envs whose episode ended
+        // (saving Python a copy of every frame); the others' are this step's observations.
+        let ended = s.worker.terminated().zip(s.worker.truncated()).map(|(te, tr)| te || tr);
+        for (k, ended) in ended.enumerate() {
+            let from = if ended { fin } else { obs };
+            out.final_obs[(lo + k) * ob..(lo + k + 1) * ob].copy_from_slice(&from[k * ob..(k + 1) * ob]);
+        }
         for (d, r) in out.reward[lo..lo + n].iter_mut().zip(s.worker.reward()) {
             *d = r;
         }

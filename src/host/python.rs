@@ -7,7 +7,7 @@
 //! 4. the cache (`PODC_CACHE`, else `~/.cache/podracer`, as for the PJRT plugin): a venv
 //!    with pinned versions of the backend's packages, made with `python3 -m venv` and pip on
 //!    first use, and announced on stderr. EnvPool is added to it only when an `envpool:`
-//!    env is first used (it is large: ~850 MB with its assets).
+//!    env is first used (it is large: ~850 MB with its assets), ale-py when an `ale:` env is.
 //!
 //! A Python from 1-3 is used as it is: when it lacks a package, the worker says so at
 //! start-up and the error gives the exact pip command ([`missing_package`]).
@@ -27,6 +27,9 @@ pub const PYTHON_ENV: &str = "PODC_PYTHON";
 pub const NUMPY: &str = "numpy==2.2.6";
 pub const GYMNASIUM: &str = "gymnasium==1.2.2";
 pub const ENVPOOL: &str = "envpool==1.2.5";
+/// ale-py 0.12.1: the C++ vector env with same-step auto-reset, wheels for CPython
+/// 3.10-3.14 on manylinux x86_64 and aarch64 and macOS, the ROMs inside (~10 MB).
+pub const ALE_PY: &str = "ale-py==0.12.1";
 /// The venv's directory in the cache; a new set of pins gets a new name.
 const VENV_DIR: &str = "python-envs-gymnasium1.2.2-numpy2.2.6";
 /// The requirements installed so far, one a line, written after each successful pip run.
@@ -36,6 +39,7 @@ const INSTALLED: &str = "podracer-installed.txt";
 pub fn requirements(backend: Backend) -> Vec<&'static str> {
     match backend {
         Backend::EnvPool => vec![NUMPY, GYMNASIUM, ENVPOOL],
+        Backend::Ale => vec![NUMPY, GYMNASIUM, ALE_PY],
         Backend::Gymnasium | Backend::Pod => vec![NUMPY, GYMNASIUM],
     }
 }
@@ -78,7 +82,9 @@ fn existing(p: &Path, origin: &str) -> Result<PathBuf, HostError> {
 /// The error for a named Python that cannot import `module`.
 pub fn missing_package(python: &Path, module: &str, backend: Backend) -> HostError {
     let pins = requirements(backend);
-    let wanted: Vec<&str> = match pins.iter().find(|r| r.split("==").next() == Some(module)) {
+    // Modules are named with `_` where their distributions have `-` (`ale_py`, `ale-py`).
+    let dist = module.replace('_', "-");
+    let wanted: Vec<&str> = match pins.iter().find(|r| r.split("==").next() == Some(&dist)) {
         Some(r) => vec![r],
         None => vec![module],
     };
@@ -197,4 +203,20 @@ pub fn worker_script() -> Result<PathBuf, HostError> {
         .and_then(|()| fs::rename(&tmp, &path))
         .map_err(|e| HostError::Io(format!("cannot write the env worker script to {}: {e}", path.display())))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_modules_name_their_pinned_distributions() {
+        let python = Path::new("/venv/bin/python");
+        for (module, backend, pin) in
+            [("ale_py", Backend::Ale, ALE_PY), ("envpool", Backend::EnvPool, ENVPOOL), ("numpy", Backend::Ale, NUMPY)]
+        {
+            let e = missing_package(python, module, backend).to_string();
+            assert!(e.ends_with(&format!("run: /venv/bin/python -m pip install {pin}")), "{e}");
+        }
+    }
 }

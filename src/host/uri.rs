@@ -1,4 +1,4 @@
-//! Env URIs: `gymnasium:ID?k=v&...`, `envpool:ID?...`, `pod:FILE.pod[?env=NAME]`.
+//! Env URIs: `gymnasium:ID?k=v&...`, `envpool:ID?...`, `ale:GAME?...`, `pod:FILE.pod[?env=NAME]`.
 //!
 //! Keyword values are typed as Python would want them: `true`/`false` (any case) are
 //! bools, then integers, then floats, else strings (`frameskip=4` is an int,
@@ -12,14 +12,21 @@ use std::fmt;
 pub enum Backend {
     Gymnasium,
     EnvPool,
+    Ale,
     Pod,
 }
 
 impl Backend {
+    /// The backend a URI's scheme names.
+    pub fn from_scheme(scheme: &str) -> Option<Backend> {
+        [Backend::Gymnasium, Backend::EnvPool, Backend::Ale, Backend::Pod].into_iter().find(|b| b.scheme() == scheme)
+    }
+
     pub fn scheme(self) -> &'static str {
         match self {
             Backend::Gymnasium => "gymnasium",
             Backend::EnvPool => "envpool",
+            Backend::Ale => "ale",
             Backend::Pod => "pod",
         }
     }
@@ -74,13 +81,14 @@ impl fmt::Display for KwValue {
 #[derive(Clone, Debug, PartialEq)]
 pub struct EnvUri {
     pub backend: Backend,
-    /// The env ID (`CartPole-v1`, `ALE/Pong-v5`) or, for `pod:`, the file.
+    /// The env ID (`CartPole-v1`, `ALE/Pong-v5`), the game for `ale:` (`Pong`) or, for
+    /// `pod:`, the file.
     pub id: String,
     /// Keyword arguments in the order written.
     pub kwargs: Vec<(String, KwValue)>,
 }
 
-const FORMS: &str = "`gymnasium:ID`, `envpool:ID` (both with optional `?key=value&...`) or `pod:FILE.pod`";
+const FORMS: &str = "`gymnasium:ID`, `envpool:ID`, `ale:GAME` (all with optional `?key=value&...`) or `pod:FILE.pod`";
 
 impl EnvUri {
     pub fn parse(uri: &str) -> Result<EnvUri, HostError> {
@@ -88,11 +96,8 @@ impl EnvUri {
         let Some((scheme, rest)) = uri.split_once(':') else {
             return Err(bad("no backend before a `:`".into()));
         };
-        let backend = match scheme {
-            "gymnasium" => Backend::Gymnasium,
-            "envpool" => Backend::EnvPool,
-            "pod" => Backend::Pod,
-            other => return Err(bad(format!("unknown backend `{other}`"))),
+        let Some(backend) = Backend::from_scheme(scheme) else {
+            return Err(bad(format!("unknown backend `{scheme}`")));
         };
         let (id, query) = match rest.split_once('?') {
             Some((id, q)) => (id, Some(q)),
@@ -119,12 +124,24 @@ impl EnvUri {
             }
             kwargs.push((k.to_string(), KwValue::parse(v)));
         }
+        if backend == Backend::Ale {
+            super::atari::check(&kwargs).map_err(|why| HostError::Uri(format!("`{uri}`: {why}")))?;
+        }
         Ok(EnvUri { backend, id: id.to_string(), kwargs })
     }
 
-    /// The keyword arguments as a JSON object, for the worker.
+    /// The keyword arguments as a JSON object, for the worker: for `ale:`, every setting,
+    /// defaults included.
     pub fn kwargs_json(&self) -> Value {
-        Value::Object(self.kwargs.iter().map(|(k, v)| (k.clone(), v.to_json())).collect())
+        let all;
+        let kwargs = match self.backend {
+            Backend::Ale => {
+                all = super::atari::settings(&self.kwargs);
+                &all
+            }
+            Backend::Gymnasium | Backend::EnvPool | Backend::Pod => &self.kwargs,
+        };
+        Value::Object(kwargs.iter().map(|(k, v)| (k.clone(), v.to_json())).collect())
     }
 }
 
@@ -164,6 +181,12 @@ mod tests {
             "gymnasium:ALE/Pong-v5?frameskip=4&repeat_action_probability=0.25&full_action_space=false&mode=x"
         );
         assert_eq!(EnvUri::parse("envpool:CartPole-v1").unwrap().backend, Backend::EnvPool);
+        let ale = EnvUri::parse("ale:Pong?episodic_life=true&reward_clip=TRUE&max_episode_steps=50").unwrap();
+        assert_eq!((ale.backend, ale.id.as_str()), (Backend::Ale, "Pong"));
+        assert_eq!(ale.to_string(), "ale:Pong?episodic_life=true&reward_clip=true&max_episode_steps=50");
+        let sent = ale.kwargs_json();
+        assert_eq!((sent["frameskip"].as_i64(), sent["max_episode_steps"].as_i64()), (Some(4), Some(50)));
+        assert_eq!(sent["reward_clip"].as_bool(), Some(true));
         let p = EnvUri::parse("pod:examples/envs/catch.pod").unwrap();
         assert_eq!((p.backend, p.id.as_str()), (Backend::Pod, "examples/envs/catch.pod"));
         assert_eq!(
@@ -186,5 +209,10 @@ mod tests {
             let e = EnvUri::parse(bad).unwrap_err().to_string();
             assert!(e.contains(says) && e.contains("the forms are"), "{bad}: {e}");
         }
+        let e = EnvUri::parse("ale:Pong?sticky=0.25").unwrap_err().to_string();
+        assert!(
+            e.contains("`ale:Pong?sticky=0.25`: `sticky` is not a setting of `ale:` envs; they are frameskip"),
+            "{e}"
+        );
     }
 }

@@ -1,4 +1,4 @@
-"""podracer's env worker: steps a batch of Gymnasium or EnvPool envs for podc.
+"""podracer's env worker: steps a batch of Gymnasium, EnvPool or ALE envs for podc.
 
 podc ships this file inside its binary and runs it as
 `python worker.py CONFIG_JSON`. The protocol (docs/sebulba.md):
@@ -65,6 +65,8 @@ def space_spec(np, obs_space, act_space):
             dtype = "f32"
         elif dt.kind == "b":
             dtype = "bool"
+        elif dt == np.uint8:
+            dtype = "u8"
         elif dt == np.uint32:
             dtype = "u32"
         elif dt.kind in "iu":
@@ -110,15 +112,13 @@ class Gymnasium:
         self.obs_space = self.envs.single_observation_space
         self.act_space = self.envs.single_action_space
 
-    def reset(self, seed, obs, final_obs):
+    def reset(self, seed, obs):
         o, _ = self.envs.reset(seed=seed)
         self.np.copyto(obs, o, casting="unsafe")
-        self.np.copyto(final_obs, o, casting="unsafe")
 
     def step(self, actions, obs, reward, terminated, truncated, final_obs):
         o, r, te, tr, info = self.envs.step(actions)
         self.np.copyto(obs, o, casting="unsafe")
-        self.np.copyto(final_obs, o, casting="unsafe")
         if "final_obs" in info:
             for i in self.np.nonzero(info["_final_obs"])[0]:
                 self.np.copyto(final_obs[i], info["final_obs"][i], casting="unsafe")
@@ -146,6 +146,11 @@ class EnvPool:
     def __init__(self, np, env_id, kwargs, n):
         import envpool
 
+        # Atari tasks get the sticky actions of Machado et al. (2018), as `ale:` envs do;
+        # EnvPool's other Atari defaults are already the standard ones (docs/sebulba.md#atari).
+        config = envpool.make_spec(env_id).config
+        if "repeat_action_probability" in getattr(config, "_fields", ()):
+            kwargs = {"repeat_action_probability": 0.25, **kwargs}
         self.np, self.envpool, self.id, self.kwargs, self.n = np, envpool, env_id, kwargs, n
         self.seed = 0
         self.ids = np.arange(n, dtype=np.int32)
@@ -187,7 +192,7 @@ class EnvPool:
         seed = int(seed) % (2**31 - self.n)
         return self.envpool.make(self.id, env_type="gymnasium", num_envs=self.n, seed=seed, **self.kwargs)
 
-    def reset(self, seed, obs, final_obs):
+    def reset(self, seed, obs):
         # EnvPool seeds env i with seed + i when it is made, so a new seed needs a new pool.
         if seed != self.seed:
             self.env.close()
@@ -196,7 +201,6 @@ class EnvPool:
             self.fast = self.core_layout()
         o, info = self.env.reset()
         obs[info["env_id"]] = o
-        final_obs[:] = obs
 
     def step(self, actions, obs, reward, terminated, truncated, final_obs):
         if self.fast is None:
@@ -224,9 +228,9 @@ class EnvPool:
             env._reset(done)
         o = s[i_obs]
         obs[:] = o
-        final_obs[:] = o
         reward[:] = s[i_reward]
         if len(done):
+            final_obs[done] = o[done]
             obs[done] = env._recv()[i_obs]
 
     def step_public(self, actions, obs, reward, terminated, truncated, final_obs):
@@ -237,15 +241,86 @@ class EnvPool:
             tr = tr | (info["elapsed_step"] >= self.time_limit)
         if np.array_equal(ids, self.ids):  # the usual order: whole-slice copies are cheapest
             ids = slice(None)
-        final_obs[ids] = o
         obs[ids] = o
         reward[ids] = r
         terminated[ids] = te
         truncated[ids] = tr
         done = self.ids[ids][te | tr]
         if len(done):
+            final_obs[done] = obs[done]
             o2, info2 = self.env.reset(done)
             obs[info2["env_id"]] = o2
+
+
+class Ale:
+    """ale-py's `AtariVectorEnv` (the ALE's C++ vector env, its own thread pool and the
+    standard preprocessing), with same-step auto-reset. podc sends every setting, defaults
+    included (`src/host/atari.rs`); they are renamed here to ale-py's arguments.
+
+    `recv` returns new arrays, so a step's observations are copied once, into shared
+    memory; final observations (a full batch that ale-py fills only for the envs whose
+    episode ended) are copied for those envs alone."""
+
+    RENAME = {"reward_clip": "reward_clipping"}
+
+    def __init__(self, np, game, kwargs, n):
+        import ale_py
+        from ale_py import roms
+        from ale_py.registration import rom_id_to_name
+        from ale_py.vector_env import AtariVectorEnv
+
+        ids = roms.get_all_rom_ids()
+        by_name = {rom_id_to_name(r): r for r in ids}
+        rom = game if game in ids else by_name.get(game)
+        if rom is None:
+            import difflib
+
+            close = difflib.get_close_matches(game, ids if game.islower() else list(by_name), n=3)
+            hint = f"; did you mean {' or '.join(f'`{c}`' for c in close)}?" if close else ""
+            raise ValueError(f"ale-py {ale_py.__version__} has no game `{game}`{hint}")
+        args = {self.RENAME.get(k, k): v for k, v in kwargs.items()}
+        # podc's episodic life is the usual one (a life lost terminates, the game goes on,
+        # as EnvPool's): ale-py's `life_loss_info`. ale-py's own `episodic_life` restarts
+        # the whole game at every life lost (0.12.1).
+        self.episodic_life = args.pop("episodic_life")
+        args["life_loss_info"] = self.episodic_life
+        # ale-py limits an episode in emulator frames; podc counts agent steps.
+        steps = args.pop("max_episode_steps")
+        args["max_num_frames_per_episode"] = steps * args["frameskip"]
+        self.np, self.n = np, n
+        self.envs = AtariVectorEnv(rom, n, autoreset_mode="SameStep", **args)
+        self.ale = self.envs.ale
+        self.time_limit = steps
+        self.obs_space = self.envs.single_observation_space
+        self.act_space = self.envs.single_action_space
+        self.paddle = np.ones(n, dtype=np.float32)  # paddle strength: full, as ale-py's own step
+
+    def reset(self, seed, obs):
+        # ale-py takes int32 seeds (env i gets seed + i), as EnvPool does.
+        o, info = self.envs.reset(seed=int(seed) % (2**31 - self.n))
+        obs[:] = o
+        self.lives = info["lives"]
+
+    def step(self, actions, obs, reward, terminated, truncated, final_obs):
+        # `send` and `recv` of ale-py's C++ interface, as its own `step` calls them.
+        self.ale.send(actions, self.paddle)
+        o, r, te, tr, info = self.ale.recv()
+        obs[:] = o
+        reward[:] = r
+        terminated[:] = te
+        truncated[:] = tr
+        ended = te | tr
+        if self.episodic_life:
+            # A life lost without a game over: the game goes on, nothing was reset, and the
+            # episode's last observation is `o` (ale-py's `final_obs` rows of those envs are
+            # not written). Only a reset gives a game its full lives back.
+            lost = self.np.flatnonzero(ended & (info["lives"] < self.lives))
+            final_obs[lost] = o[lost]
+            ended[lost] = False
+        self.lives = info["lives"]
+        if "final_obs" in info:
+            done = self.np.flatnonzero(ended)
+            final_obs[done] = info["final_obs"][done]
 
 
 def main():
@@ -271,7 +346,7 @@ def main():
         return json.loads(data)
 
     backend = config["backend"]
-    module = {"gymnasium": "gymnasium", "envpool": "envpool"}[backend]
+    module = {"gymnasium": "gymnasium", "envpool": "envpool", "ale": "ale_py"}[backend]
     try:
         import numpy as np
 
@@ -284,7 +359,7 @@ def main():
             sys.path.insert(0, os.getcwd())
         for name in config["env_import"]:
             import_user_module(name)
-        cls = Gymnasium if backend == "gymnasium" else EnvPool
+        cls = {"gymnasium": Gymnasium, "envpool": EnvPool, "ale": Ale}[backend]
         env = cls(np, config["id"], config["kwargs"], config["num_envs"])
         dtype, shape, action, start = space_spec(np, env.obs_space, env.act_space)
     except Exception as e:
@@ -299,7 +374,7 @@ def main():
     mm = mmap.mmap(shm_fd, layout["size"])
     os.close(shm_fd)
     n = config["num_envs"]
-    np_dtype = {"f32": np.float32, "i32": np.int32, "u32": np.uint32, "bool": np.bool_}[dtype]
+    np_dtype = {"f32": np.float32, "i32": np.int32, "u32": np.uint32, "u8": np.uint8, "bool": np.bool_}[dtype]
     numel = int(np.prod(shape)) if shape else 1
 
     def view(name, dt, count, shp):
@@ -328,7 +403,7 @@ def main():
             env.step(to_env(actions), obs, reward, terminated, truncated, final_obs)
             chan.sendall(b"s")
         elif cmd == b"R":
-            env.reset(int(seed[0]), obs, final_obs)
+            env.reset(int(seed[0]), obs)
             reward[:] = 0
             terminated[:] = False
             truncated[:] = False

@@ -135,12 +135,13 @@ impl LowerCx {
     }
 }
 
-/// The MLIR spelling of an element type: `f32`, `i32`, `ui32`, `i1`.
+/// The MLIR spelling of an element type: `f32`, `i32`, `ui32`, `ui8`, `i1`.
 pub fn element_type(d: DType) -> &'static str {
     match d {
         DType::F32 => "f32",
         DType::I32 => "i32",
         DType::U32 => "ui32",
+        DType::U8 => "ui8",
         DType::Bool => "i1",
     }
 }
@@ -187,6 +188,7 @@ pub fn dense(a: &Array) -> String {
         Data::F32(v) => v.iter().map(|&x| f32_literal(x)).collect(),
         Data::I32(v) => v.iter().map(|x| x.to_string()).collect(),
         Data::U32(v) => v.iter().map(|x| x.to_string()).collect(),
+        Data::U8(v) => v.iter().map(|x| x.to_string()).collect(),
         Data::Bool(v) => v.iter().map(|x| x.to_string()).collect(),
     };
     if !elems.is_empty() && elems.iter().all(|e| *e == elems[0]) {

@@ -65,7 +65,7 @@ impl Rules for Dot {
         if l.dtype != r.dtype {
             return Err(format!("dot_general: operands {l} and {r} differ in dtype"));
         }
-        if !matches!(l.dtype, DType::F32 | DType::I32 | DType::U32) {
+        if !matches!(l.dtype, DType::F32 | DType::I32 | DType::U32 | DType::U8) {
             return Err(format!("dot_general is not defined on {}", l.dtype));
         }
         if self.lhs_batch.len() != self.rhs_batch.len() || self.lhs_contract.len() != self.rhs_contract.len() {
@@ -137,7 +137,10 @@ impl Rules for Dot {
             (Data::U32(a), Data::U32(b)) => {
                 Data::U32(go(a, b, &bases, &steps, 0, |acc, x, y| acc.wrapping_add(x.wrapping_mul(y))))
             }
-            (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_), _) => {
+            (Data::U8(a), Data::U8(b)) => {
+                Data::U8(go(a, b, &bases, &steps, 0, |acc, x, y| acc.wrapping_add(x.wrapping_mul(y))))
+            }
+            (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_), _) => {
                 panic!("dot_general: unsupported operand dtypes")
             }
         };

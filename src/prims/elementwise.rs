@@ -9,9 +9,12 @@
 //!
 //! The scalar functions follow XLA on CPU, the device the results are checked against
 //! (`tests/prims.rs` compares them bit for bit):
-//! - integer arithmetic wraps; `x / 0` is all ones (`-1`, or `u32::MAX`) and `x % 0` is
-//!   `x`; `i32::MIN / -1` is `i32::MIN` and `i32::MIN % -1` is 0;
+//! - integer arithmetic wraps; `x / 0` is all ones (`-1`, `u32::MAX`, or 255) and `x % 0`
+//!   is `x`; `i32::MIN / -1` is `i32::MIN` and `i32::MIN % -1` is 0;
 //! - shifts by the bit width or more (amounts read as unsigned) give 0;
+//! - u8 has no column of its own: it runs the u32 function and keeps the low byte, which
+//!   is exact for every u32 row (each commutes with reduction mod 256, `x / 0` and
+//!   shifts by 8 to 31 included), so u8 accepts what u32 accepts;
 //! - f32 `max`/`min` propagate NaN;
 //! - f32 arithmetic flushes subnormals to zero, as XLA's CPU runtime does (see `flush`).
 
@@ -128,7 +131,8 @@ pub struct Select;
 
 /// Converts elements to another dtype, as XLA does: f32 to an integer truncates toward
 /// zero and saturates, with NaN giving 0; an integer to f32 rounds to nearest; i32 and
-/// u32 reinterpret each other's bits; bool gives 0 or 1; anything to bool is `x != 0`
+/// u32 reinterpret each other's bits; a wider integer to u8 keeps the low byte (mod
+/// 256), u8 to a wider one zero-extends; bool gives 0 or 1; anything to bool is `x != 0`
 /// (so NaN is true).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Convert {
@@ -152,15 +156,14 @@ impl<F, I, U, B> Fns<F, I, U, B> {
         match d {
             DType::F32 => self.f32.is_some(),
             DType::I32 => self.i32.is_some(),
-            DType::U32 => self.u32.is_some(),
+            DType::U32 | DType::U8 => self.u32.is_some(),
             DType::Bool => self.bool.is_some(),
         }
     }
 
     /// The dtypes the operator accepts, for error messages.
     fn accepted(&self) -> String {
-        let all = [DType::F32, DType::I32, DType::U32, DType::Bool];
-        let names: Vec<&str> = all.iter().filter(|&&d| self.supports(d)).map(|d| d.name()).collect();
+        let names: Vec<&str> = DType::ALL.iter().filter(|&&d| self.supports(d)).map(|d| d.name()).collect();
         names.join(", ")
     }
 }
@@ -178,6 +181,20 @@ pub(super) struct Row<F, I, U, B> {
 type UnaryRow = Row<fn(f32) -> f32, fn(i32) -> i32, fn(u32) -> u32, fn(bool) -> bool>;
 /// A binary operator's row; reductions reuse these as their combiners.
 pub(super) type BinaryRow = Row<fn(f32, f32) -> f32, fn(i32, i32) -> i32, fn(u32, u32) -> u32, fn(bool, bool) -> bool>;
+
+impl<F, I, B> Fns<F, I, fn(u32) -> u32, B> {
+    /// The u8 function: the u32 one on the low byte (see the module comment).
+    fn u8(&self) -> Option<impl Fn(u8) -> u8> {
+        self.u32.map(|f| move |x: u8| f(x.into()) as u8)
+    }
+}
+
+impl<F, I, B> Fns<F, I, fn(u32, u32) -> u32, B> {
+    /// The u8 function: the u32 one on the low byte (see the module comment).
+    pub(super) fn u8(&self) -> Option<impl Fn(u8, u8) -> u8> {
+        self.u32.map(|f| move |x: u8, y: u8| f(x.into(), y.into()) as u8)
+    }
+}
 
 /// A unary row defined on f32 only (the transcendental functions).
 fn float_unop(name: &'static str, hlo: &'static str, f: fn(f32) -> f32) -> UnaryRow {
@@ -388,7 +405,7 @@ fn min_f32(a: f32, b: f32) -> f32 {
 
 /// Applies a unary row to an array; the dtype is known to be supported.
 fn map1(row: &UnaryRow, x: &Array) -> Array {
-    fn go<T: Copy>(f: Option<fn(T) -> T>, v: &[T], name: &str) -> Vec<T> {
+    fn go<T: Copy>(f: Option<impl Fn(T) -> T>, v: &[T], name: &str) -> Vec<T> {
         let f = f.unwrap_or_else(|| panic!("{name}: dtype not supported"));
         v.iter().map(|&x| f(x)).collect()
     }
@@ -396,6 +413,7 @@ fn map1(row: &UnaryRow, x: &Array) -> Array {
         Data::F32(v) => Data::F32(go(row.fns.f32, v, row.name)),
         Data::I32(v) => Data::I32(go(row.fns.i32, v, row.name)),
         Data::U32(v) => Data::U32(go(row.fns.u32, v, row.name)),
+        Data::U8(v) => Data::U8(go(row.fns.u8(), v, row.name)),
         Data::Bool(v) => Data::Bool(go(row.fns.bool, v, row.name)),
     };
     Array::new(x.shape.clone(), data)
@@ -403,7 +421,7 @@ fn map1(row: &UnaryRow, x: &Array) -> Array {
 
 /// Applies a binary row to two arrays of one dtype and shape.
 fn map2(row: &BinaryRow, x: &Array, y: &Array) -> Array {
-    fn go<T: Copy>(f: Option<fn(T, T) -> T>, a: &[T], b: &[T], name: &str) -> Vec<T> {
+    fn go<T: Copy>(f: Option<impl Fn(T, T) -> T>, a: &[T], b: &[T], name: &str) -> Vec<T> {
         let f = f.unwrap_or_else(|| panic!("{name}: dtype not supported"));
         a.iter().zip(b).map(|(&x, &y)| f(x, y)).collect()
     }
@@ -411,8 +429,9 @@ fn map2(row: &BinaryRow, x: &Array, y: &Array) -> Array {
         (Data::F32(a), Data::F32(b)) => Data::F32(go(row.fns.f32, a, b, row.name)),
         (Data::I32(a), Data::I32(b)) => Data::I32(go(row.fns.i32, a, b, row.name)),
         (Data::U32(a), Data::U32(b)) => Data::U32(go(row.fns.u32, a, b, row.name)),
+        (Data::U8(a), Data::U8(b)) => Data::U8(go(row.fns.u8(), a, b, row.name)),
         (Data::Bool(a), Data::Bool(b)) => Data::Bool(go(row.fns.bool, a, b, row.name)),
-        (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_), _) => {
+        (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_), _) => {
             panic!("{}: operands of different dtypes", row.name)
         }
     };
@@ -530,6 +549,7 @@ pub(super) fn lower_binary(cx: &mut LowerCx, op: BinaryOp, a: &str, b: &str, ty:
     let dir = match op {
         BinaryOp::Max if ty.dtype == DType::F32 => CmpOp::Ge,
         BinaryOp::Min if ty.dtype == DType::F32 => CmpOp::Le,
+        BinaryOp::Div | BinaryOp::Rem if ty.dtype.is_int() => return lower_int_div(cx, op, &a, &b, ty),
         BinaryOp::Add
         | BinaryOp::Sub
         | BinaryOp::Mul
@@ -551,6 +571,42 @@ pub(super) fn lower_binary(cx: &mut LowerCx, op: BinaryOp, a: &str, b: &str, ty:
     let nan = lower_compare(cx, CmpOp::Ne, &a, &a, ty);
     let pick = cx.op("stablehlo.or", &[wins, nan], "", &[mask.clone(), mask.clone()], &mask);
     cx.op("stablehlo.select", &[pick, a, b], "", &[mask, ty.clone(), ty.clone()], ty)
+}
+
+/// Emits integer `a / b` or `a % b` with a divisor that cannot trap. XLA defines `x / 0`,
+/// `x % 0` and `MIN / -1` (see the module comment) and computes them so at run time, but
+/// its constant folder divides natively: a division it can prove is by zero, such as
+/// `(x * 0) / (x * 0)`, kills the compiler with SIGFPE (`jax.jit` of
+/// `lax.div(x * 0, x * 0)` does the same in JAX 0.10.2). So the divisor is 1 where it is
+/// 0 (or -1 under MIN), which gives MIN / -1 and MIN % -1 as they are, and the results at
+/// 0 are selected.
+fn lower_int_div(cx: &mut LowerCx, op: BinaryOp, a: &str, b: &str, ty: &ArrayTy) -> String {
+    let int = |v: i64| {
+        let data = match ty.dtype {
+            DType::I32 => Data::I32(vec![v as i32]),
+            DType::U32 => Data::U32(vec![v as u32]),
+            DType::U8 => Data::U8(vec![v as u8]),
+            DType::F32 | DType::Bool => unreachable!("{} is no integer", ty.dtype),
+        };
+        Array::new(vec![], data)
+    };
+    let mask = ArrayTy::new(DType::Bool, ty.shape.clone());
+    let (zero, one, all_ones) = (cx.splat(&int(0), ty), cx.splat(&int(1), ty), cx.splat(&int(-1), ty));
+    let by_zero = lower_compare(cx, CmpOp::Eq, b, &zero, ty);
+    let trap = if ty.dtype == DType::I32 {
+        let min = cx.splat(&int(i32::MIN.into()), ty);
+        let a_min = lower_compare(cx, CmpOp::Eq, a, &min, ty);
+        let b_minus_one = lower_compare(cx, CmpOp::Eq, b, &all_ones, ty);
+        let overflow = cx.op("stablehlo.and", &[a_min, b_minus_one], "", &[mask.clone(), mask.clone()], &mask);
+        cx.op("stablehlo.or", &[by_zero.clone(), overflow], "", &[mask.clone(), mask.clone()], &mask)
+    } else {
+        by_zero.clone()
+    };
+    let (a, b) = (a.to_string(), b.to_string());
+    let safe = cx.op("stablehlo.select", &[trap, one, b], "", &[mask.clone(), ty.clone(), ty.clone()], ty);
+    let q = cx.op(op.rule().hlo, &[a.clone(), safe], "", &[ty.clone(), ty.clone()], ty);
+    let at_zero = if op == BinaryOp::Div { all_ones } else { a };
+    cx.op("stablehlo.select", &[by_zero, at_zero, q], "", &[mask, ty.clone(), ty.clone()], ty)
 }
 
 /// Emits the comparison `a op b` of operands of type `ty`.
@@ -696,7 +752,7 @@ fn compare_type(d: DType) -> &'static str {
     match d {
         DType::F32 => "FLOAT",
         DType::I32 => "SIGNED",
-        DType::U32 | DType::Bool => "UNSIGNED",
+        DType::U32 | DType::U8 | DType::Bool => "UNSIGNED",
     }
 }
 
@@ -726,8 +782,9 @@ impl Rules for Compare {
             (Data::F32(a), Data::F32(b)) => go(self.op, &flushed(a), &flushed(b)),
             (Data::I32(a), Data::I32(b)) => go(self.op, a, b),
             (Data::U32(a), Data::U32(b)) => go(self.op, a, b),
+            (Data::U8(a), Data::U8(b)) => go(self.op, a, b),
             (Data::Bool(a), Data::Bool(b)) => go(self.op, a, b),
-            (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_), _) => {
+            (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_), _) => {
                 panic!("{}: operands of different dtypes", self.name())
             }
         };
@@ -791,8 +848,9 @@ impl Rules for Select {
             (Data::F32(a), Data::F32(b)) => Data::F32(go(p, a, b)),
             (Data::I32(a), Data::I32(b)) => Data::I32(go(p, a, b)),
             (Data::U32(a), Data::U32(b)) => Data::U32(go(p, a, b)),
+            (Data::U8(a), Data::U8(b)) => Data::U8(go(p, a, b)),
             (Data::Bool(a), Data::Bool(b)) => Data::Bool(go(p, a, b)),
-            (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_), _) => {
+            (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_), _) => {
                 panic!("select: branches of different dtypes")
             }
         };
@@ -841,23 +899,33 @@ impl Rules for Convert {
     fn eval(&self, args: &[&Array]) -> Vec<Array> {
         let x = args[0];
         // Rust's `as` from float to integer is exactly XLA's conversion: truncate toward
-        // zero, saturate, NaN to 0. Between i32 and u32 it reinterprets the bits.
+        // zero, saturate, NaN to 0. Between i32 and u32 it reinterprets the bits; to u8 it
+        // keeps the low byte.
         let data = match (&x.data, self.to) {
             (Data::F32(v), DType::F32) => Data::F32(v.clone()),
             (Data::F32(v), DType::I32) => Data::I32(v.iter().map(|&a| a as i32).collect()),
             (Data::F32(v), DType::U32) => Data::U32(v.iter().map(|&a| a as u32).collect()),
+            (Data::F32(v), DType::U8) => Data::U8(v.iter().map(|&a| a as u8).collect()),
             (Data::F32(v), DType::Bool) => Data::Bool(v.iter().map(|&a| flush(a) != 0.0).collect()),
             (Data::I32(v), DType::F32) => Data::F32(v.iter().map(|&a| a as f32).collect()),
             (Data::I32(v), DType::I32) => Data::I32(v.clone()),
             (Data::I32(v), DType::U32) => Data::U32(v.iter().map(|&a| a as u32).collect()),
+            (Data::I32(v), DType::U8) => Data::U8(v.iter().map(|&a| a as u8).collect()),
             (Data::I32(v), DType::Bool) => Data::Bool(v.iter().map(|&a| a != 0).collect()),
             (Data::U32(v), DType::F32) => Data::F32(v.iter().map(|&a| a as f32).collect()),
             (Data::U32(v), DType::I32) => Data::I32(v.iter().map(|&a| a as i32).collect()),
             (Data::U32(v), DType::U32) => Data::U32(v.clone()),
+            (Data::U32(v), DType::U8) => Data::U8(v.iter().map(|&a| a as u8).collect()),
             (Data::U32(v), DType::Bool) => Data::Bool(v.iter().map(|&a| a != 0).collect()),
+            (Data::U8(v), DType::F32) => Data::F32(v.iter().map(|&a| f32::from(a)).collect()),
+            (Data::U8(v), DType::I32) => Data::I32(v.iter().map(|&a| i32::from(a)).collect()),
+            (Data::U8(v), DType::U32) => Data::U32(v.iter().map(|&a| u32::from(a)).collect()),
+            (Data::U8(v), DType::U8) => Data::U8(v.clone()),
+            (Data::U8(v), DType::Bool) => Data::Bool(v.iter().map(|&a| a != 0).collect()),
             (Data::Bool(v), DType::F32) => Data::F32(v.iter().map(|&a| f32::from(u8::from(a))).collect()),
             (Data::Bool(v), DType::I32) => Data::I32(v.iter().map(|&a| i32::from(a)).collect()),
             (Data::Bool(v), DType::U32) => Data::U32(v.iter().map(|&a| u32::from(a)).collect()),
+            (Data::Bool(v), DType::U8) => Data::U8(v.iter().map(|&a| u8::from(a)).collect()),
             (Data::Bool(v), DType::Bool) => Data::Bool(v.clone()),
         };
         vec![Array::new(x.shape.clone(), data)]
@@ -882,7 +950,7 @@ impl Rules for Convert {
     ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
         match (b.ty(args[0]).dtype, self.to) {
             (DType::F32, DType::F32) => Ok(vec![Some(cts[0])]),
-            (DType::F32 | DType::I32 | DType::U32 | DType::Bool, _) => Err(NotDifferentiable),
+            (DType::F32 | DType::I32 | DType::U32 | DType::U8 | DType::Bool, _) => Err(NotDifferentiable),
         }
     }
 }

@@ -36,6 +36,7 @@ fn element(data: &Data, i: usize) -> String {
         Data::F32(v) => format!("{:?}", v[i]),
         Data::I32(v) => v[i].to_string(),
         Data::U32(v) => v[i].to_string(),
+        Data::U8(v) => v[i].to_string(),
         Data::Bool(v) => v[i].to_string(),
     }
 }
@@ -135,6 +136,8 @@ impl Rules for Iota {
             DType::F32 => Data::F32(k.iter().map(|&i| i as f32).collect()),
             DType::I32 => Data::I32(k.iter().map(|&i| i as i32).collect()),
             DType::U32 => Data::U32(k.iter().map(|&i| i as u32).collect()),
+            // Wraps past 255, as the device's convert of the index does.
+            DType::U8 => Data::U8(k.iter().map(|&i| i as u8).collect()),
             DType::Bool => panic!("iota is not defined on bool"),
         };
         vec![Array::new(self.ty.shape.clone(), data)]

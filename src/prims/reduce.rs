@@ -64,11 +64,11 @@ impl ReduceOp {
     fn combiner(self, d: DType) -> Option<BinaryOp> {
         match (self, d) {
             (ReduceOp::Sum, DType::Bool) => None,
-            (ReduceOp::Sum, DType::F32 | DType::I32 | DType::U32) => Some(BinaryOp::Add),
+            (ReduceOp::Sum, DType::F32 | DType::I32 | DType::U32 | DType::U8) => Some(BinaryOp::Add),
             (ReduceOp::Max, DType::Bool) => Some(BinaryOp::Or),
-            (ReduceOp::Max, DType::F32 | DType::I32 | DType::U32) => Some(BinaryOp::Max),
+            (ReduceOp::Max, DType::F32 | DType::I32 | DType::U32 | DType::U8) => Some(BinaryOp::Max),
             (ReduceOp::Min, DType::Bool) => Some(BinaryOp::And),
-            (ReduceOp::Min, DType::F32 | DType::I32 | DType::U32) => Some(BinaryOp::Min),
+            (ReduceOp::Min, DType::F32 | DType::I32 | DType::U32 | DType::U8) => Some(BinaryOp::Min),
         }
     }
 
@@ -78,14 +78,17 @@ impl ReduceOp {
             (ReduceOp::Sum, DType::F32) => Data::F32(vec![0.0]),
             (ReduceOp::Sum, DType::I32) => Data::I32(vec![0]),
             (ReduceOp::Sum, DType::U32) => Data::U32(vec![0]),
+            (ReduceOp::Sum, DType::U8) => Data::U8(vec![0]),
             (ReduceOp::Sum, DType::Bool) => Data::Bool(vec![false]),
             (ReduceOp::Max, DType::F32) => Data::F32(vec![f32::NEG_INFINITY]),
             (ReduceOp::Max, DType::I32) => Data::I32(vec![i32::MIN]),
             (ReduceOp::Max, DType::U32) => Data::U32(vec![0]),
+            (ReduceOp::Max, DType::U8) => Data::U8(vec![0]),
             (ReduceOp::Max, DType::Bool) => Data::Bool(vec![false]),
             (ReduceOp::Min, DType::F32) => Data::F32(vec![f32::INFINITY]),
             (ReduceOp::Min, DType::I32) => Data::I32(vec![i32::MAX]),
             (ReduceOp::Min, DType::U32) => Data::U32(vec![u32::MAX]),
+            (ReduceOp::Min, DType::U8) => Data::U8(vec![u8::MAX]),
             (ReduceOp::Min, DType::Bool) => Data::Bool(vec![true]),
         };
         Array::new(vec![], data)
@@ -113,7 +116,7 @@ fn fold(x: &Array, axes: &[usize], row: &BinaryRow, init: &Array) -> Array {
     fn go<T: Copy>(
         v: &[T],
         init: &[T],
-        f: Option<fn(T, T) -> T>,
+        f: Option<impl Fn(T, T) -> T>,
         n: usize,
         dest: impl Iterator<Item = usize>,
     ) -> Vec<T> {
@@ -131,8 +134,9 @@ fn fold(x: &Array, axes: &[usize], row: &BinaryRow, init: &Array) -> Array {
         (Data::F32(v), Data::F32(i)) => Data::F32(go(v, i, row.fns.f32, n, dest)),
         (Data::I32(v), Data::I32(i)) => Data::I32(go(v, i, row.fns.i32, n, dest)),
         (Data::U32(v), Data::U32(i)) => Data::U32(go(v, i, row.fns.u32, n, dest)),
+        (Data::U8(v), Data::U8(i)) => Data::U8(go(v, i, row.fns.u8(), n, dest)),
         (Data::Bool(v), Data::Bool(i)) => Data::Bool(go(v, i, row.fns.bool, n, dest)),
-        (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_), _) => {
+        (Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_), _) => {
             panic!("reduce: init of another dtype")
         }
     };
@@ -291,6 +295,7 @@ impl Rules for Argmax {
             Data::F32(v) => go(v, s, a, f32::is_nan, flush),
             Data::I32(v) => go(v, s, a, |_| false, |x| x),
             Data::U32(v) => go(v, s, a, |_| false, |x| x),
+            Data::U8(v) => go(v, s, a, |_| false, |x| x),
             Data::Bool(v) => go(v, s, a, |_| false, |x| x),
         };
         vec![Array::new(kept_shape(s, &[a]), Data::I32(out))]

@@ -88,6 +88,7 @@ impl Rules for Argsort {
             Data::F32(v) => argsort(v, s, a, |p, q| canonical(p).total_cmp(&canonical(q))),
             Data::I32(v) => argsort(v, s, a, |p, q| p.cmp(&q)),
             Data::U32(v) => argsort(v, s, a, |p, q| p.cmp(&q)),
+            Data::U8(v) => argsort(v, s, a, |p, q| p.cmp(&q)),
             Data::Bool(_) => unreachable!("infer rejects bool keys"),
         };
         vec![Array::new(s.clone(), Data::I32(out))]
@@ -114,7 +115,7 @@ impl Rules for Argsort {
         let kind = match t.dtype {
             DType::F32 => "TOTALORDER",
             DType::I32 => "SIGNED",
-            DType::U32 | DType::Bool => "UNSIGNED",
+            DType::U32 | DType::U8 | DType::Bool => "UNSIGNED",
         };
         let attrs = format!(
             "comparison_direction = #stablehlo<comparison_direction LT>, compare_type = #stablehlo<comparison_type {kind}>"

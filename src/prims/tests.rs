@@ -42,6 +42,10 @@ fn u(shape: &[usize], v: &[u32]) -> Array {
     Array::new(shape.to_vec(), Data::U32(v.to_vec()))
 }
 
+fn y(shape: &[usize], v: &[u8]) -> Array {
+    Array::new(shape.to_vec(), Data::U8(v.to_vec()))
+}
+
 fn b(shape: &[usize], v: &[bool]) -> Array {
     Array::new(shape.to_vec(), Data::Bool(v.to_vec()))
 }
@@ -65,7 +69,7 @@ fn cmp(op: CmpOp) -> Prim {
 fn f32s(a: &Array) -> &[f32] {
     match &a.data {
         Data::F32(v) => v,
-        Data::I32(_) | Data::U32(_) | Data::Bool(_) => panic!("not f32: {a:?}"),
+        Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_) => panic!("not f32: {a:?}"),
     }
 }
 
@@ -244,6 +248,68 @@ fn convert_truncates_and_saturates() {
     assert_eq!(ev1(conv(DType::Bool), vec![i(&[2], &[0, -7])]), b(&[2], &[false, true]));
 }
 
+/// u8 is JAX's `uint8`: everything wraps mod 256, and `x / 0` is 255 as on the device.
+#[test]
+fn u8_arithmetic_wraps_mod_256() {
+    let x = y(&[4], &[0, 1, 128, 255]);
+    assert_eq!(ev1(un(UnaryOp::Neg), vec![x.clone()]), y(&[4], &[0, 255, 128, 1]));
+    assert_eq!(ev1(un(UnaryOp::Not), vec![x.clone()]), y(&[4], &[255, 254, 127, 0]));
+    let one = y(&[4], &[1; 4]);
+    assert_eq!(ev1(bin(BinaryOp::Add), vec![x.clone(), one.clone()]), y(&[4], &[1, 2, 129, 0]));
+    assert_eq!(ev1(bin(BinaryOp::Sub), vec![x.clone(), one]), y(&[4], &[255, 0, 127, 254]));
+    assert_eq!(ev1(bin(BinaryOp::Mul), vec![x.clone(), x.clone()]), y(&[4], &[0, 1, 0, 1]));
+    let d = y(&[4], &[0, 3, 3, 0]);
+    assert_eq!(ev1(bin(BinaryOp::Div), vec![x.clone(), d.clone()]), y(&[4], &[255, 0, 42, 255]));
+    assert_eq!(ev1(bin(BinaryOp::Rem), vec![x.clone(), d]), y(&[4], &[0, 1, 2, 255]));
+    assert_eq!(ev1(bin(BinaryOp::Max), vec![x.clone(), y(&[4], &[7; 4])]), y(&[4], &[7, 7, 128, 255]));
+    assert_eq!(ev1(bin(BinaryOp::Xor), vec![x.clone(), y(&[4], &[0xF0; 4])]), y(&[4], &[0xF0, 0xF1, 0x70, 0x0F]));
+    // shifts by 8 or more give 0, as for the other integers past their width
+    let s = y(&[5], &[1, 7, 8, 9, 200]);
+    assert_eq!(ev1(bin(BinaryOp::ShiftLeft), vec![y(&[5], &[255; 5]), s.clone()]), y(&[5], &[254, 128, 0, 0, 0]));
+    assert_eq!(ev1(bin(BinaryOp::ShiftRightLogical), vec![y(&[5], &[255; 5]), s]), y(&[5], &[127, 1, 0, 0, 0]));
+    // unsigned order
+    assert_eq!(ev1(cmp(CmpOp::Gt), vec![x.clone(), y(&[4], &[127; 4])]), b(&[4], &[false, false, true, true]));
+    let p = b(&[4], &[true, false, true, false]);
+    assert_eq!(ev1(Prim::Select(Select), vec![p, x.clone(), y(&[4], &[9; 4])]), y(&[4], &[0, 9, 128, 9]));
+}
+
+#[test]
+fn u8_accepts_what_u32_accepts() {
+    assert!(err(un(UnaryOp::Abs), &[t(DType::U8, &[2])]).contains("not defined on u8"));
+    assert!(err(bin(BinaryOp::Pow), &[t(DType::U8, &[2]), t(DType::U8, &[2])]).contains("not defined on u8"));
+    assert!(err(bin(BinaryOp::Add), &[t(DType::U8, &[2]), t(DType::U32, &[2])]).contains("same type"));
+    assert!(err(un(UnaryOp::Exp), &[t(DType::U8, &[2])]).contains("accepts f32"));
+}
+
+#[test]
+fn u8_conversions() {
+    let conv = |to| Prim::Convert(Convert { to });
+    // f32 truncates toward zero and saturates into 0..=255; NaN is 0
+    let x = f(&[9], &[-1.5, -0.5, 0.9, 254.9, 255.5, 256.0, 1e10, f32::NAN, f32::INFINITY]);
+    assert_eq!(ev1(conv(DType::U8), vec![x]), y(&[9], &[0, 0, 0, 254, 255, 255, 255, 0, 255]));
+    // wider integers keep the low byte
+    assert_eq!(ev1(conv(DType::U8), vec![i(&[4], &[-1, 256, 300, -129])]), y(&[4], &[255, 0, 44, 127]));
+    assert_eq!(ev1(conv(DType::U8), vec![u(&[2], &[511, u32::MAX])]), y(&[2], &[255, 255]));
+    assert_eq!(ev1(conv(DType::U8), vec![b(&[2], &[true, false])]), y(&[2], &[1, 0]));
+    // and u8 widens exactly
+    let x = y(&[3], &[0, 128, 255]);
+    assert_eq!(ev1(conv(DType::F32), vec![x.clone()]), f(&[3], &[0.0, 128.0, 255.0]));
+    assert_eq!(ev1(conv(DType::I32), vec![x.clone()]), i(&[3], &[0, 128, 255]));
+    assert_eq!(ev1(conv(DType::U32), vec![x.clone()]), u(&[3], &[0, 128, 255]));
+    assert_eq!(ev1(conv(DType::Bool), vec![x]), b(&[3], &[false, true, true]));
+}
+
+#[test]
+fn u8_reductions_wrap() {
+    let red = |op| Prim::Reduce(Reduce { op, axes: vec![1] });
+    let x = y(&[2, 3], &[200, 100, 1, 0, 0, 0]);
+    assert_eq!(ev1(red(ReduceOp::Sum), vec![x.clone()]), y(&[2], &[45, 0]));
+    assert_eq!(ev1(red(ReduceOp::Max), vec![x.clone()]), y(&[2], &[200, 0]));
+    assert_eq!(ev1(red(ReduceOp::Min), vec![x]), y(&[2], &[1, 0]));
+    assert_eq!(ev1(red(ReduceOp::Min), vec![y(&[1, 0], &[])]), y(&[1], &[255]));
+    assert_eq!(ev1(Prim::Argmax(Argmax { axis: 0 }), vec![y(&[3], &[5, 255, 128])]), i(&[], &[1]));
+}
+
 // ---------------------------------------------------------------------------------------
 // literals
 
@@ -256,6 +322,8 @@ fn constant_and_iota() {
     assert_eq!(ev1(iota(DType::I32, &[2, 3], 0), vec![]), i(&[2, 3], &[0, 0, 0, 1, 1, 1]));
     assert_eq!(ev1(iota(DType::F32, &[3], 0), vec![]), f(&[3], &[0.0, 1.0, 2.0]));
     assert_eq!(ev1(iota(DType::U32, &[2], 0), vec![]), u(&[2], &[0, 1]));
+    let wrapped = ev1(iota(DType::U8, &[258], 0), vec![]);
+    assert_eq!(Array::new(vec![3], crate::prims::util::take(&wrapped.data, &[0, 255, 257])), y(&[3], &[0, 255, 1]));
 }
 
 #[test]
@@ -278,6 +346,7 @@ fn dense_attributes() {
     assert_eq!(dense(&f(&[2, 2], &[0.0; 4])), "dense<0.0e0>");
     assert_eq!(dense(&i(&[2, 2], &[1, 2, 3, -4])), "dense<[[1, 2], [3, -4]]>");
     assert_eq!(dense(&u(&[2], &[u32::MAX, 0])), "dense<[4294967295, 0]>");
+    assert_eq!(dense(&y(&[2], &[255, 0])), "dense<[255, 0]>");
     assert_eq!(dense(&b(&[3], &[true, false, true])), "dense<[true, false, true]>");
     assert_eq!(dense(&f(&[2], &[f32::NAN, -0.0])), "dense<[0x7FC00000, -0.0e0]>");
     assert_eq!(dense(&f(&[0], &[])), "dense<[]>");
@@ -568,7 +637,10 @@ fn elementwise_type_errors() {
     let f3 = t(DType::F32, &[3]);
     let i3 = t(DType::I32, &[3]);
     assert_eq!(err(un(UnaryOp::Exp), std::slice::from_ref(&i3)), "exp is not defined on i32 (accepts f32)");
-    assert_eq!(err(un(UnaryOp::Not), std::slice::from_ref(&f3)), "not is not defined on f32 (accepts i32, u32, bool)");
+    assert_eq!(
+        err(un(UnaryOp::Not), std::slice::from_ref(&f3)),
+        "not is not defined on f32 (accepts i32, u32, u8, bool)"
+    );
     assert!(err(bin(BinaryOp::Add), &[f3.clone(), i3.clone()]).contains("same type"));
     assert!(err(bin(BinaryOp::Add), &[f3.clone(), t(DType::F32, &[4])]).contains("same type"));
     assert!(err(bin(BinaryOp::Add), &[t(DType::Bool, &[3]), t(DType::Bool, &[3])]).contains("not defined on bool"));

@@ -47,6 +47,7 @@ pub fn take(data: &Data, positions: &[usize]) -> Data {
         Data::F32(v) => Data::F32(pick(v, positions)),
         Data::I32(v) => Data::I32(pick(v, positions)),
         Data::U32(v) => Data::U32(pick(v, positions)),
+        Data::U8(v) => Data::U8(pick(v, positions)),
         Data::Bool(v) => Data::Bool(pick(v, positions)),
     }
 }
@@ -63,19 +64,23 @@ pub fn concat_data(parts: &[&Data]) -> Data {
     match parts.first() {
         None | Some(Data::F32(_)) => Data::F32(join(parts, |p| match p {
             Data::F32(v) => v,
-            Data::I32(_) | Data::U32(_) | Data::Bool(_) => mismatch(),
+            Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_) => mismatch(),
         })),
         Some(Data::I32(_)) => Data::I32(join(parts, |p| match p {
             Data::I32(v) => v,
-            Data::F32(_) | Data::U32(_) | Data::Bool(_) => mismatch(),
+            Data::F32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_) => mismatch(),
         })),
         Some(Data::U32(_)) => Data::U32(join(parts, |p| match p {
             Data::U32(v) => v,
-            Data::F32(_) | Data::I32(_) | Data::Bool(_) => mismatch(),
+            Data::F32(_) | Data::I32(_) | Data::U8(_) | Data::Bool(_) => mismatch(),
+        })),
+        Some(Data::U8(_)) => Data::U8(join(parts, |p| match p {
+            Data::U8(v) => v,
+            Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::Bool(_) => mismatch(),
         })),
         Some(Data::Bool(_)) => Data::Bool(join(parts, |p| match p {
             Data::Bool(v) => v,
-            Data::F32(_) | Data::I32(_) | Data::U32(_) => mismatch(),
+            Data::F32(_) | Data::I32(_) | Data::U32(_) | Data::U8(_) => mismatch(),
         })),
     }
 }
@@ -84,7 +89,7 @@ pub fn concat_data(parts: &[&Data]) -> Data {
 pub fn scalar_i32(a: &Array) -> i32 {
     match &a.data {
         Data::I32(v) if v.len() == 1 => v[0],
-        Data::I32(_) | Data::F32(_) | Data::U32(_) | Data::Bool(_) => {
+        Data::I32(_) | Data::F32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_) => {
             panic!("expected an i32 scalar, got {}", a.ty())
         }
     }

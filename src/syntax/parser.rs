@@ -1,6 +1,7 @@
 //! Tokens to [`Module`]: drives the lalrpop parser generated from `grammar/pod.lalrpop`,
 //! and turns its recovered errors into diagnostics.
 
+use crate::array::DType;
 use crate::diag::Diag;
 use crate::syntax::ast::*;
 use crate::syntax::lexer::{self, Spanned};
@@ -14,10 +15,6 @@ lalrpop_util::lalrpop_mod!(
     grammar,
     "/pod.rs"
 );
-
-/// The bare type names that denote scalars: `f32` alone is a zero-dimensional array,
-/// while any other bare name (`Key`, `State`) names a struct.
-pub const DTYPE_NAMES: [&str; 4] = ["f32", "i32", "u32", "bool"];
 
 /// The deepest nesting the parser accepts (see [`nesting_bound`]). Every later phase walks
 /// the tree recursively, so an absurdly deep expression must stop here, not overflow a stack.
@@ -157,9 +154,10 @@ pub(crate) fn tuple_pat(mut items: Vec<Pat>, last: Option<Pat>, span: Span) -> P
     }
 }
 
-/// A type written as a bare name: a scalar if it is a dtype, else a struct without arguments.
+/// A type written as a bare name: a scalar if it is a dtype (`f32` alone is a
+/// zero-dimensional array), else a struct without arguments (`Key`, `State`).
 pub(crate) fn word_type(name: Ident, span: Span) -> Type {
-    let kind = if DTYPE_NAMES.contains(&name.name.as_str()) {
+    let kind = if DType::from_name(&name.name).is_some() {
         TypeKind::Array { dtype: name, dims: vec![] }
     } else {
         TypeKind::Named { name, args: vec![] }

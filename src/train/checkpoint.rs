@@ -54,6 +54,7 @@ impl View for &Tensor {
             DType::F32 => Dtype::F32,
             DType::I32 => Dtype::I32,
             DType::U32 => Dtype::U32,
+            DType::U8 => Dtype::U8,
             DType::Bool => Dtype::BOOL,
         }
     }
@@ -132,6 +133,7 @@ fn read_tensors(path: &Path) -> Result<(Vec<(String, Array)>, String), Checkpoin
             Dtype::F32 => DType::F32,
             Dtype::I32 => DType::I32,
             Dtype::U32 => DType::U32,
+            Dtype::U8 => DType::U8,
             Dtype::BOOL => DType::Bool,
             other => return Err(corrupt(format!("array `{name}` has dtype {other:?}, which podracer does not use"))),
         };
@@ -188,6 +190,7 @@ mod tests {
             ("learner.step".into(), Array::i32(vec![], vec![-7])),
             ("rng".into(), Array::new(vec![2], Data::U32(vec![0xdead_beef, 42]))),
             ("env.state.done".into(), Array::new(vec![2, 1, 2], Data::Bool(vec![true, false, false, true]))),
+            ("env.state.frame".into(), Array::new(vec![2, 3], Data::U8(vec![0, 7, 128, 200, 254, 255]))),
             ("env.state.empty".into(), Array::f32(vec![0, 4], vec![])),
             ("env.state.ball_x".into(), Array::f32(vec![], vec![3.5])),
         ]
@@ -224,6 +227,8 @@ mod tests {
         let st = SafeTensors::deserialize(&bytes).unwrap();
         assert_eq!(st.tensor("env.state.done").unwrap().dtype(), Dtype::BOOL);
         assert_eq!(st.tensor("env.state.done").unwrap().data(), [1, 0, 0, 1]);
+        assert_eq!(st.tensor("env.state.frame").unwrap().dtype(), Dtype::U8);
+        assert_eq!(st.tensor("env.state.frame").unwrap().data(), [0, 7, 128, 200, 254, 255]);
         assert_eq!(st.tensor("learner.step").unwrap().shape(), [] as [usize; 0]);
         let record: Value = serde_json::from_slice(&fs::read(dir.path().join(META_FILE)).unwrap()).unwrap();
         let (_, header) = SafeTensors::read_metadata(&bytes).unwrap();

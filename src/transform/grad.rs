@@ -188,6 +188,7 @@ pub fn zeros(b: &mut Builder, ty: &ArrayTy) -> Var {
         DType::F32 => Data::F32(vec![0.0]),
         DType::I32 => Data::I32(vec![0]),
         DType::U32 => Data::U32(vec![0]),
+        DType::U8 => Data::U8(vec![0]),
         DType::Bool => Data::Bool(vec![false]),
     };
     splat(b, Array::new(vec![], zero), &ty.shape)

@@ -2,6 +2,7 @@
 //! that words them.
 
 use super::Ty;
+use crate::array::DType;
 use crate::diag::Diag;
 use crate::syntax::span::Span;
 
@@ -260,9 +261,12 @@ impl TypeError {
                 }
             }
             E::UnknownType { name, span } => {
-                Diag::new("E0102", format!("unknown type `{name}`"), span, "not a dtype or struct").with_help(
-                    "dtypes are `f32`, `i32`, `u32` and `bool`; structs must be declared or imported with `use`",
-                )
+                let dtypes: Vec<String> = DType::ALL.iter().map(|d| format!("`{d}`")).collect();
+                let (last, rest) = dtypes.split_last().expect("there are dtypes");
+                Diag::new("E0102", format!("unknown type `{name}`"), span, "not a dtype or struct").with_help(format!(
+                    "dtypes are {} and {last}; structs must be declared or imported with `use`",
+                    rest.join(", ")
+                ))
             }
             E::UnknownModule { path, span, looked_in } => {
                 let d = Diag::new("E0103", format!("unresolved module `{path}`"), span, "no such module")

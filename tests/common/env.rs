@@ -148,6 +148,7 @@ pub fn scalar_json(a: &Array) -> Value {
         Data::F32(v) => json!(v[0]),
         Data::I32(v) => json!(v[0]),
         Data::U32(v) => json!(v[0]),
+        Data::U8(v) => json!(v[0]),
         Data::Bool(v) => json!(v[0]),
     }
 }

@@ -63,6 +63,8 @@ impl Choices {
 pub enum D {
     F,
     I,
+    /// u8: bytes, wrapping mod 256.
+    U,
     B,
 }
 
@@ -167,6 +169,7 @@ impl Gen<'_> {
                 let d = match d {
                     D::F => "f32",
                     D::I => "i32",
+                    D::U => "u8",
                     D::B => "bool",
                 };
                 if shape.is_empty() { d.to_string() } else { format!("{d}[{}]", dims(shape)) }
@@ -185,7 +188,7 @@ impl Gen<'_> {
     }
 
     fn dtype(&mut self) -> D {
-        *self.c.pick(&[D::F, D::F, D::F, D::I, D::B])
+        *self.c.pick(&[D::F, D::F, D::F, D::F, D::I, D::I, D::U, D::B, D::B])
     }
 
     /// A random type; records nest `depth` deep at most.
@@ -443,6 +446,7 @@ impl Gen<'_> {
                     D::F => format!("({base} * {})", self.float_lit()),
                     D::B => format!("({base} > {})", self.float_lit()),
                     D::I => format!("full([{}], {})", dims(shape), self.int_lit()),
+                    D::U => format!("full([{}], {} as u8)", dims(shape), self.u8_lit()),
                 }
             }
             Ty::Arr(d, shape) => {
@@ -455,12 +459,15 @@ impl Gen<'_> {
                 // no float from an integer, which may have been chosen by a float (E0227).
                 let usable: Vec<&(String, D)> = arrays
                     .iter()
-                    .filter(|(_, from)| !s.diff || matches!((from, d), (D::F, D::F | D::B) | (D::I, D::I | D::B)))
+                    .filter(|(_, from)| {
+                        !s.diff || matches!((from, d), (D::F, D::F | D::B) | (D::I | D::U, D::I | D::U | D::B))
+                    })
                     .collect();
                 if usable.is_empty() || self.c.chance(25) {
                     return self.literal(*d, shape);
                 }
                 let (x, from) = (*self.c.pick(&usable)).clone();
+                // (The sum of bytes is a u32.)
                 let total = match from {
                     D::B => format!("(sum({x} as i32) > 0)"),
                     _ => format!("sum({x})"),
@@ -469,10 +476,13 @@ impl Gen<'_> {
                     (D::B, D::B) | (D::F, D::F) | (D::I, D::I) => total,
                     (D::B, D::F) => format!("(sum({x} as i32) as f32)"),
                     (D::B, D::I) => format!("sum({x} as i32)"),
+                    (D::B, D::U) => format!("(sum({x} as i32) as u8)"),
                     (D::F, D::I) => format!("({total} as i32)"),
-                    (D::I, D::F) => format!("({total} as f32)"),
+                    (D::I, D::F) | (D::U, D::F) => format!("({total} as f32)"),
+                    (D::U, D::I) => format!("({total} as i32)"),
+                    (D::F | D::I | D::U, D::U) => format!("({total} as u8)"),
                     (D::F, D::B) => format!("({total} > 0.0)"),
-                    (D::I, D::B) => format!("({total} > 0)"),
+                    (D::I | D::U, D::B) => format!("({total} > 0)"),
                 };
                 if shape.is_empty() { v } else { format!("full([{}], {v})", dims(shape)) }
             }
@@ -504,10 +514,24 @@ impl Gen<'_> {
         self.c.pick(&["0", "1", "2", "-1", "3", "-3", "5"]).to_string()
     }
 
+    fn u8_lit(&mut self) -> String {
+        self.c.pick(&["0", "1", "2", "7", "128", "200", "255"]).to_string()
+    }
+
+    /// A literal of dtype `d`. Byte literals are typed (`(200 as u8)`): two weak ones
+    /// combine as integers (`200 + 128` is the literal 328, which no u8 holds).
     fn literal(&mut self, d: D, shape: &[usize]) -> String {
+        match d {
+            D::U => format!("({} as u8)", self.weak_literal(d, shape)),
+            D::F | D::I | D::B => self.weak_literal(d, shape),
+        }
+    }
+
+    fn weak_literal(&mut self, d: D, shape: &[usize]) -> String {
         let lit = |g: &mut Gen| match d {
             D::F => g.float_lit(),
             D::I => g.int_lit(),
+            D::U => g.u8_lit(),
             D::B => g.c.pick(&["true", "false"]).to_string(),
         };
         match shape {
@@ -524,7 +548,7 @@ impl Gen<'_> {
                 _ => format!("full([{}], {})", dims(shape), lit(self)),
             },
             [n, rest @ ..] => {
-                let rows: Vec<String> = (0..*n).map(|_| self.literal(d, rest)).collect();
+                let rows: Vec<String> = (0..*n).map(|_| self.weak_literal(d, rest)).collect();
                 format!("[{}]", rows.join(", "))
             }
         }
@@ -753,18 +777,24 @@ impl Gen<'_> {
                 // A reduction over an inserted axis, or of everything.
                 if shape.is_empty() && self.c.chance(50) {
                     let sh = self.shape();
-                    let op = if dt == D::F {
-                        *self.c.pick(&["sum", "mean", "reduce_max", "reduce_min"])
-                    } else {
-                        *self.c.pick(&["sum", "reduce_max"])
+                    let op = match dt {
+                        D::F => *self.c.pick(&["sum", "mean", "reduce_max", "reduce_min"]),
+                        D::U => *self.c.pick(&["sum", "reduce_max", "reduce_min"]),
+                        D::I | D::B => *self.c.pick(&["sum", "reduce_max"]),
                     };
-                    format!("{op}({})", self.expr(&Ty::Arr(dt, sh), s, d))
+                    let e = format!("{op}({})", self.expr(&Ty::Arr(dt, sh), s, d));
+                    // Bytes add up in u32.
+                    if dt == D::U && op == "sum" { format!("({e} as u8)") } else { e }
                 } else {
                     let axis = self.c.below(shape.len() + 1);
                     let mut big = shape.to_vec();
                     big.insert(axis, 1 + self.c.below(3));
-                    let op = if dt == D::F { *self.c.pick(&["sum", "reduce_max", "reduce_min"]) } else { "sum" };
-                    format!("{op}({}, {axis})", self.expr(&Ty::Arr(dt, big), s, d))
+                    let op = match dt {
+                        D::F | D::U => *self.c.pick(&["sum", "reduce_max", "reduce_min"]),
+                        D::I | D::B => "sum",
+                    };
+                    let e = format!("{op}({}, {axis})", self.expr(&Ty::Arr(dt, big), s, d));
+                    if dt == D::U && op == "sum" { format!("({e} as u8)") } else { e }
                 }
             }
             5 if dt == D::F && !sym && shape.len() <= 2 => {
@@ -785,17 +815,22 @@ impl Gen<'_> {
             }
             7 if !sym && dt != D::B && !s.diff => {
                 // Conversions (none in a differentiated function: see `leaf`).
-                let from = match dt {
-                    D::F => D::I,
-                    _ => *self.c.pick(&[D::F, D::B]),
+                let (from, ty) = match dt {
+                    D::F => (*self.c.pick(&[D::I, D::U]), "f32"),
+                    D::I => (*self.c.pick(&[D::F, D::U, D::B]), "i32"),
+                    D::U => (*self.c.pick(&[D::F, D::I, D::B]), "u8"),
+                    D::B => unreachable!("no conversion to bool is generated"),
                 };
-                let ty = if dt == D::I { "i32" } else { "f32" };
-                format!("({} as {ty})", self.expr(&Ty::Arr(from, shape.to_vec()), s, d))
+                let x = self.expr(&Ty::Arr(from, shape.to_vec()), s, d);
+                // An integer literal must fit u8; typed first, an i32 wraps.
+                let x = if (from, dt) == (D::I, D::U) { format!("({x} as i32)") } else { x };
+                format!("({x} as {ty})")
             }
             8 if !sym && !s.generic && self.c.chance(30) => self.random(dt, shape, s, d),
             _ => match dt {
                 D::F => self.float_op(shape, s, d),
                 D::I => self.int_op(shape, s, d),
+                D::U => self.u8_op(shape, s, d),
                 D::B => self.bool_op(shape, s, d),
             },
         }
@@ -862,6 +897,32 @@ impl Gen<'_> {
         }
     }
 
+    /// Byte arithmetic, which wraps; `/` and `%` by zero are the device's (255 and `x`).
+    fn u8_op(&mut self, shape: &[usize], s: &Scope, d: usize) -> String {
+        let t = Ty::Arr(D::U, shape.to_vec());
+        match self.c.below(6) {
+            0 => {
+                let op = self.c.pick(&["/", "%"]);
+                let by = if self.c.chance(50) { self.u8_lit() } else { self.operand(D::U, shape, s, d) };
+                format!("({} {op} {by})", self.expr(&t, s, d))
+            }
+            1 => {
+                let u = self.c.pick(&["-", "!", "abs"]);
+                format!("{u}({})", self.expr(&t, s, d))
+            }
+            2 => {
+                let m = self.c.pick(&["min", "max"]);
+                format!("{m}({}, {})", self.expr(&t, s, d), self.operand(D::U, shape, s, d))
+            }
+            3 => format!("clamp({}, 16, 240)", self.expr(&t, s, d)),
+            _ => {
+                let op = self.c.pick(&["+", "-", "*"]);
+                let b = if self.c.chance(30) { self.u8_lit() } else { self.operand(D::U, shape, s, d) };
+                format!("({} {op} {b})", self.expr(&t, s, d))
+            }
+        }
+    }
+
     fn bool_op(&mut self, shape: &[usize], s: &Scope, d: usize) -> String {
         let t = Ty::Arr(D::B, shape.to_vec());
         match self.c.below(4) {
@@ -871,7 +932,7 @@ impl Gen<'_> {
                 format!("({} {op} {})", self.expr(&t, s, d), self.operand(D::B, shape, s, d))
             }
             _ => {
-                let dt = if shape.contains(&N) { D::F } else { *self.c.pick(&[D::F, D::I]) };
+                let dt = if shape.contains(&N) { D::F } else { *self.c.pick(&[D::F, D::I, D::U]) };
                 let op = self.c.pick(&["<", "<=", ">", ">=", "==", "!="]);
                 let x = Ty::Arr(dt, shape.to_vec());
                 format!("({} {op} {})", self.expr(&x, s, d), self.operand(dt, shape, s, d))
@@ -899,6 +960,7 @@ impl Gen<'_> {
                 _ => format!("uniform({k}, [{sh}], -2.0, 2.0)"),
             },
             D::I => format!("randint({k}, [{sh}], {}, {})", self.int_lit(), self.expr(&scalar(D::I), s, d.min(1))),
+            D::U => format!("(randint({k}, [{sh}], 0, 256) as u8)"),
             D::B => format!("bernoulli({k}, 0.5, [{sh}])"),
         }
     }

@@ -35,13 +35,14 @@ impl Inputs {
         z ^ (z >> 31)
     }
 
-    /// Floats on a grid of 0.05 in [-2, 2], integers in [-5, 5], any keys.
+    /// Floats on a grid of 0.05 in [-2, 2], i32 in [-5, 5], any u32 (keys) and u8.
     pub fn array(&mut self, dtype: DType, shape: &[usize]) -> Array {
         let n: usize = shape.iter().product();
         let data = match dtype {
             DType::F32 => Data::F32((0..n).map(|_| (self.next() % 81) as f32 * 0.05 - 2.0).collect()),
             DType::I32 => Data::I32((0..n).map(|_| (self.next() % 11) as i32 - 5).collect()),
             DType::U32 => Data::U32((0..n).map(|_| self.next() as u32).collect()),
+            DType::U8 => Data::U8((0..n).map(|_| self.next() as u8).collect()),
             DType::Bool => Data::Bool((0..n).map(|_| self.next() & 1 == 1).collect()),
         };
         Array::new(shape.to_vec(), data)
@@ -102,6 +103,9 @@ fn stack(xs: &[Array]) -> Array {
         }
         Data::U32(_) => {
             Data::U32(xs.iter().flat_map(|x| if let Data::U32(v) = &x.data { v.clone() } else { vec![] }).collect())
+        }
+        Data::U8(_) => {
+            Data::U8(xs.iter().flat_map(|x| if let Data::U8(v) = &x.data { v.clone() } else { vec![] }).collect())
         }
         Data::Bool(_) => {
             Data::Bool(xs.iter().flat_map(|x| if let Data::Bool(v) = &x.data { v.clone() } else { vec![] }).collect())

@@ -37,6 +37,11 @@ impl Rng {
         Array::new(shape.to_vec(), Data::U32((0..n).map(|_| self.next() as u32).collect()))
     }
 
+    pub fn u8s(&mut self, shape: &[usize]) -> Array {
+        let n = shape.iter().product();
+        Array::new(shape.to_vec(), Data::U8((0..n).map(|_| self.next() as u8).collect()))
+    }
+
     pub fn bools(&mut self, shape: &[usize]) -> Array {
         let n = shape.iter().product();
         Array::new(shape.to_vec(), Data::Bool((0..n).map(|_| self.next() & 1 == 1).collect()))

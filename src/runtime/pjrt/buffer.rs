@@ -88,6 +88,7 @@ fn element_type_of(dtype: DType) -> i32 {
         DType::F32 => element_type::F32,
         DType::I32 => element_type::S32,
         DType::U32 => element_type::U32,
+        DType::U8 => element_type::U8,
         DType::Bool => element_type::PRED,
     }
 }
@@ -98,6 +99,7 @@ fn dtype_of(code: i32) -> Result<DType> {
         element_type::F32 => Ok(DType::F32),
         element_type::S32 => Ok(DType::I32),
         element_type::U32 => Ok(DType::U32),
+        element_type::U8 => Ok(DType::U8),
         element_type::PRED => Ok(DType::Bool),
         other => Err(RuntimeError::UnsupportedType(element_type::name(other))),
     }

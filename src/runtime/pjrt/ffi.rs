@@ -443,6 +443,8 @@ pub(crate) mod element_type {
     pub(crate) const PRED: i32 = 1;
     /// `PJRT_Buffer_Type_S32`
     pub(crate) const S32: i32 = 4;
+    /// `PJRT_Buffer_Type_U8`
+    pub(crate) const U8: i32 = 6;
     /// `PJRT_Buffer_Type_U32`
     pub(crate) const U32: i32 = 8;
     /// `PJRT_Buffer_Type_F32`
