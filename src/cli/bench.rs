@@ -80,9 +80,7 @@ fn filler(t: &ArrayTy, seed: u64) -> Array {
                     .collect(),
             )
         }
-        DType::I32 => Data::I32(vec![0; n]),
-        DType::U32 => Data::U32(vec![0; n]),
-        DType::Bool => Data::Bool(vec![false; n]),
+        DType::I32 | DType::U32 | DType::U8 | DType::Bool => return Array::zeros(t),
     };
     Array::new(t.shape.clone(), data)
 }

@@ -144,7 +144,7 @@ impl Windows {
 fn f32_data(a: &Array) -> &[f32] {
     match &a.data {
         Data::F32(v) => v,
-        Data::I32(_) | Data::U32(_) | Data::Bool(_) => panic!("window primitives are defined on f32"),
+        Data::I32(_) | Data::U32(_) | Data::U8(_) | Data::Bool(_) => panic!("window primitives are defined on f32"),
     }
 }
 
