@@ -20,6 +20,7 @@
 
 mod common;
 
+use common::prims::{convs, pools, window_max};
 use common::rng::Rng;
 use podracer::array::{Array, ArrayTy, DType, Data};
 use podracer::driver;
@@ -29,8 +30,8 @@ use podracer::ir::{Func, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
     AllReduce, AllReduceOp, Argmax, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert, Dot,
-    DynamicSlice, DynamicUpdateSlice, Gather, Prim, Reduce, ReduceOp, Reshape, Scatter, Select, Slice, StopGradient,
-    Transpose, Unary, UnaryOp,
+    DynamicSlice, DynamicUpdateSlice, Gather, Prim, Reduce, ReduceOp, Reshape, Reverse, Scatter, Select, Slice,
+    StopGradient, Transpose, Unary, UnaryOp,
 };
 use podracer::transform::grad::{GradError, value_and_grad};
 
@@ -314,6 +315,15 @@ fn cases() -> Vec<Case> {
     cs.push(prim("Dot transposed", dot(&[], &[], &[0], &[1]), vec![f32s(&[3, 2]), f32s(&[4, 3])]));
     cs.push(prim("Dot two contractions", dot(&[], &[], &[0, 2], &[2, 0]), vec![f32s(&[2, 3, 4]), f32s(&[4, 5, 2])]));
     cs.push(prim("Dot batch not first", dot(&[1], &[0], &[0], &[2]), vec![f32s(&[3, 2]), f32s(&[2, 4, 3])]));
+
+    // convolutions and windows
+    for (name, p, l, r) in convs() {
+        cs.push(prim(name, p, vec![f32s(&l), f32s(&r)]));
+    }
+    for (name, w, x) in pools() {
+        cs.push(prim(name, window_max(&w), vec![Gen::Distinct(x)]));
+    }
+    cs.push(prim("Reverse", Prim::Reverse(Reverse { dims: vec![0, 2] }), vec![f32s(&[2, 3, 2])]));
 
     // loops
     cs.extend(loop_cases());

@@ -30,7 +30,7 @@ mod common;
 
 use std::sync::OnceLock;
 
-use common::prims::{gather, scatter};
+use common::prims::{convs, gather, pools, scatter, select_and_scatter_add, window_max};
 use common::rng::Rng;
 use podracer::array::{Array, ArrayTy, DType, Data};
 use podracer::ir::eval::eval_func;
@@ -39,8 +39,8 @@ use podracer::ir::{Eqn, Func, Graph, Op, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
     AllReduce, AllReduceOp, Argmax, Argsort, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert,
-    Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Select, Slice, StopGradient,
-    Transpose, Unary, UnaryOp,
+    Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Reverse, Select, Slice,
+    StopGradient, Transpose, Unary, UnaryOp,
 };
 use podracer::runtime::{Client, Runtime};
 
@@ -634,6 +634,26 @@ fn cases() -> Vec<Case> {
         vec![rng.i32s(&[3, 4], i32::MIN, i32::MAX), rng.i32s(&[4, 2], -99, 99)],
     ));
     cs.push(exact("matmul u32", dot(&[], &[], &[1], &[0]), vec![rng.u32s(&[2, 3]), rng.u32s(&[3, 2])]));
+
+    // convolutions (the groups' and dilations' semantics are XLA's, checked here) and
+    // windows; small integers make ties, which both must break as XLA does
+    for (name, p, l, r) in convs() {
+        cs.push(case(name, p, vec![rng.f32s(&l, -2.0, 2.0), rng.f32s(&r, -2.0, 2.0)], acc));
+    }
+    let small_ints = |rng: &mut Rng, shape: &[usize]| {
+        let Data::I32(v) = rng.i32s(shape, 0, 3).data else { unreachable!("i32s") };
+        Array::f32(shape.to_vec(), v.into_iter().map(|x| x as f32).collect())
+    };
+    for (name, w, x) in pools() {
+        let out = window_max(&w).rules().infer(&[ArrayTy::new(DType::F32, x.clone())]).expect("fits").remove(0);
+        cs.push(exact(name, window_max(&w), vec![rng.f32s(&x, -2.0, 2.0)]));
+        let edges: Vec<f32> = (0..x.iter().product()).map(|k| F32_EDGES[k % F32_EDGES.len()]).collect();
+        cs.push(exact(format!("{name} edges"), window_max(&w), vec![Array::f32(x.clone(), edges)]));
+        let source = rng.f32s(&out.shape, -2.0, 2.0);
+        let ties = small_ints(&mut rng, &x);
+        cs.push(case(format!("{name} scatter ties"), select_and_scatter_add(&w), vec![source, ties], acc));
+    }
+    cs.push(exact("reverse", Prim::Reverse(Reverse { dims: vec![2, 0] }), vec![rng.f32s(&[2, 3, 4], -1.0, 1.0)]));
 
     // zero-size arrays
     let empty = Array::f32(vec![2, 0], vec![]);

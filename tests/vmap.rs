@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::prims::{gather, scatter};
+use common::prims::{convs, gather, pools, scatter, select_and_scatter_add, window_max};
 use common::rng::Rng;
 use podracer::array::{Array, ArrayTy, DType, Data};
 use podracer::ir::build::Builder;
@@ -29,7 +29,7 @@ use podracer::ir::{Func, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
     AllReduce, AllReduceOp, Argmax, Argsort, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert,
-    Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Select, Slice, StopGradient,
+    Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Reverse, Select, Slice, StopGradient,
     Transpose, Unary, UnaryOp,
 };
 use podracer::transform::vmap::{BVal, batch_into, batched_ty, bdim_at, vmap};
@@ -418,6 +418,17 @@ fn prim_cases() -> Vec<Case> {
     ));
     cs.push(case("outer product", dot(&[], &[], &[], &[]), vec![f32s(&[3]), f32s(&[2])], close));
     cs.push(exact("matmul i32", dot(&[], &[], &[1], &[0]), vec![i32s(&[2, 3]), i32s(&[3, 2])]));
+
+    // convolutions and windows
+    for (name, p, l, r) in convs() {
+        cs.push(case(name, p, vec![f32s(&l), f32s(&r)], close));
+    }
+    for (name, w, x) in pools() {
+        let out = window_max(&w).rules().infer(&[ArrayTy::new(DType::F32, x.clone())]).expect("fits").remove(0);
+        cs.push(exact(name, window_max(&w), vec![f32s(&x)]));
+        cs.push(case(format!("{name}, scatter"), select_and_scatter_add(&w), vec![f32s(&out.shape), f32s(&x)], close));
+    }
+    cs.push(exact("reverse", Prim::Reverse(Reverse { dims: vec![0, 2] }), vec![edgy(&[2, 3, 4])]));
     cs
 }
 
@@ -832,6 +843,10 @@ fn on_device(i: &Instance) -> bool {
         | Prim::Argmax(_)
         | Prim::Argsort(_)
         | Prim::Dot(_)
+        | Prim::Conv(_)
+        | Prim::WindowMax(_)
+        | Prim::SelectAndScatterAdd(_)
+        | Prim::Reverse(_)
         | Prim::Gather(_)
         | Prim::Scatter(_) => i.rule && at_ends,
         // Shared starts renumber; batched ones gather or scatter, pairing the operand's

@@ -48,6 +48,8 @@ pub(crate) const NAMES: &[&str] = &[
     "psum",
     "pmean",
     "argsort",
+    "conv2d",
+    "max_pool",
 ];
 
 impl Elab<'_> {
@@ -84,6 +86,7 @@ impl Elab<'_> {
             "clamp" | "where" | "set" => (3, 3),
             "psum" | "pmean" => (1, 1),
             "argsort" => (1, 2),
+            "conv2d" | "max_pool" => (4, 4),
             "sum" | "mean" | "reduce_max" | "reduce_min" | "argmax" | "transpose" | "concatenate" => (1, 2),
             _ => return None,
         };
@@ -196,6 +199,8 @@ impl Elab<'_> {
             "stop_gradient" => self.stop_gradient(&args[0]),
             "psum" | "pmean" => self.all_reduce(name, &args[0]),
             "argsort" => self.argsort(args),
+            "conv2d" => self.conv2d(args),
+            "max_pool" => self.max_pool(args),
             _ => unreachable!("arity table lists exactly the builtins"),
         })
     }

@@ -189,6 +189,7 @@ fn describe(prim: &Prim) -> String {
         // came from (through a loop carry, say).
         Prim::Convert(c) if c.to == DType::F32 => "an integer converted to `f32`".into(),
         Prim::Convert(c) => format!("the conversion to `{}`", c.to),
+        Prim::SelectAndScatterAdd(_) => "the derivative of `max_pool` (a second derivative)".into(),
         p @ (Prim::Unary(_)
         | Prim::Binary(_)
         | Prim::Select(_)
@@ -198,6 +199,7 @@ fn describe(prim: &Prim) -> String {
         | Prim::Reshape(_)
         | Prim::Transpose(_)
         | Prim::Concat(_)
+        | Prim::Reverse(_)
         | Prim::Slice(_)
         | Prim::DynamicSlice(_)
         | Prim::DynamicUpdateSlice(_)
@@ -207,6 +209,8 @@ fn describe(prim: &Prim) -> String {
         | Prim::Argmax(_)
         | Prim::Argsort(_)
         | Prim::Dot(_)
+        | Prim::Conv(_)
+        | Prim::WindowMax(_)
         | Prim::StopGradient(_)
         | Prim::AllReduce(_)) => format!("`{}`", p.rules().name()),
     }

@@ -17,6 +17,7 @@ mod builtins;
 mod calls;
 mod collective;
 mod control;
+mod conv;
 pub mod env;
 pub mod episodes;
 mod expr;

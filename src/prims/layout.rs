@@ -36,6 +36,14 @@ pub struct Transpose {
     pub perm: Vec<usize>,
 }
 
+/// `stablehlo.reverse`: reverses the order of the elements along each of `dims`. The
+/// derivative of a convolution flips its kernel with it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Reverse {
+    /// The dimensions reversed, distinct.
+    pub dims: Vec<usize>,
+}
+
 /// Joins one or more arrays of one dtype along `axis`; their other dimensions agree.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Concat {
@@ -238,6 +246,60 @@ impl Rules for Transpose {
             inverse[p] = i;
         }
         Ok(vec![Some(b.prim1(Prim::Transpose(Transpose { perm: inverse }), &[cts[0]]))])
+    }
+}
+
+impl Rules for Reverse {
+    fn name(&self) -> &'static str {
+        "reverse"
+    }
+
+    fn attrs(&self) -> String {
+        format!("[dims={}]", list(&self.dims))
+    }
+
+    fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
+        expect_arity("reverse", args, 1)?;
+        check_axes("reverse", "dimension", &self.dims, args[0].rank())?;
+        Ok(vec![args[0].clone()])
+    }
+
+    fn eval(&self, args: &[&Array]) -> Vec<Array> {
+        let x = args[0];
+        let st = strides(&x.shape);
+        let src: Vec<usize> = indices(&x.shape)
+            .map(|mut idx| {
+                for &d in &self.dims {
+                    idx[d] = x.shape[d] - 1 - idx[d];
+                }
+                ravel(&idx, &st)
+            })
+            .collect();
+        vec![Array::new(x.shape.clone(), take(&x.data, &src))]
+    }
+
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        let attrs = format!("dimensions = {}", i64_array(&self.dims));
+        vec![cx.op("stablehlo.reverse", args, &attrs, arg_tys, &outs[0])]
+    }
+
+    /// The same dimensions, renumbered around the batch axis, which stays.
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        let x = args[0];
+        let a = x.axis.expect("the operand is batched");
+        let dims = self.dims.iter().map(|&d| if d >= a { d + 1 } else { d }).collect();
+        vec![BVal::batched(b.prim1(Prim::Reverse(Reverse { dims }), &[x.var]), a)]
+    }
+
+    /// The cotangent, reversed back.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        _args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        Ok(vec![Some(b.prim1(Prim::Reverse(self.clone()), &[cts[0]]))])
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod ad;
 pub mod collective;
+pub mod conv;
 pub mod dot;
 pub mod elementwise;
 pub mod gather;
@@ -17,6 +18,7 @@ pub mod literal;
 pub mod reduce;
 pub mod sort;
 pub mod util;
+pub mod window;
 
 #[cfg(test)]
 mod tests;
@@ -30,14 +32,16 @@ use crate::transform::vmap::BVal;
 
 pub use ad::StopGradient;
 pub use collective::{AllReduce, AllReduceOp};
+pub use conv::Conv;
 pub use dot::Dot;
 pub use elementwise::{Binary, BinaryOp, CmpOp, Compare, Convert, Select, Unary, UnaryOp};
 pub use gather::{Gather, Scatter};
 pub use indexing::{DynamicSlice, DynamicUpdateSlice, Slice};
-pub use layout::{Broadcast, Concat, Reshape, Transpose};
+pub use layout::{Broadcast, Concat, Reshape, Reverse, Transpose};
 pub use literal::{Constant, Iota};
 pub use reduce::{Argmax, Reduce, ReduceOp};
 pub use sort::Argsort;
+pub use window::{SelectAndScatterAdd, WindowMax, Windows};
 
 /// The rules every primitive provides.
 pub trait Rules {
@@ -111,6 +115,8 @@ pub enum Prim {
     Transpose(Transpose),
     /// Joins arrays along one axis.
     Concat(Concat),
+    /// Reverses the order of elements along some dimensions.
+    Reverse(Reverse),
     // indexing
     /// A static window with stride 1.
     Slice(Slice),
@@ -134,6 +140,13 @@ pub enum Prim {
     // linear algebra
     /// `dot_general`: contraction with batch dimensions.
     Dot(Dot),
+    /// `conv_general_dilated`: convolution with strides, padding, dilations and groups.
+    Conv(Conv),
+    // windows
+    /// The maximum over sliding windows (`max_pool`).
+    WindowMax(WindowMax),
+    /// Adds one value per window at the window's first maximum: `WindowMax`'s derivative.
+    SelectAndScatterAdd(SelectAndScatterAdd),
     // differentiation
     /// The identity, through which no derivative flows.
     StopGradient(StopGradient),
@@ -157,6 +170,7 @@ impl Prim {
             Prim::Reshape(p) => p,
             Prim::Transpose(p) => p,
             Prim::Concat(p) => p,
+            Prim::Reverse(p) => p,
             Prim::Slice(p) => p,
             Prim::DynamicSlice(p) => p,
             Prim::DynamicUpdateSlice(p) => p,
@@ -166,6 +180,9 @@ impl Prim {
             Prim::Argmax(p) => p,
             Prim::Argsort(p) => p,
             Prim::Dot(p) => p,
+            Prim::Conv(p) => p,
+            Prim::WindowMax(p) => p,
+            Prim::SelectAndScatterAdd(p) => p,
             Prim::StopGradient(p) => p,
             Prim::AllReduce(p) => p,
         }

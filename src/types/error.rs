@@ -237,6 +237,15 @@ pub enum TypeError {
         right: Ty,
         span: Span,
     },
+    /// A `conv2d` or `max_pool` whose operands, window, strides or padding do not fit.
+    Window {
+        op: String,
+        title: String,
+        span: Span,
+        label: String,
+        other: Option<(Span, String)>,
+        note: Option<String>,
+    },
 }
 
 impl TypeError {
@@ -351,6 +360,16 @@ impl TypeError {
             }
             E::TupleIndex { ty, index, span } => {
                 Diag::new("E0213", format!("no field `{index}` on tuple `{ty}`"), span, "index out of range")
+            }
+            E::Window { op, title, span, label, other, note } => {
+                let mut d = Diag::new("E0233", format!("{title} in `{op}`"), span, label);
+                if let Some((s, m)) = other {
+                    d = d.with_label(s, m);
+                }
+                match note {
+                    Some(n) => d.with_note(n),
+                    None => d,
+                }
             }
             E::NotStatic { what, span } => Diag::new(
                 "E0214",
