@@ -26,7 +26,9 @@ import numpy as np
 
 ENVS = {"catch": "Catch-bsuite", "cartpole": "CartPole-v1"}
 GAMMA, GAE_LAMBDA = 0.99, 0.95
-MAX_GRAD_NORM, ADAM_EPS = 0.5, 1e-5
+MAX_GRAD_NORM = 0.5
+# Adam's eps: 1e-5, but 1e-3 for A2C on CartPole, as examples/cartpole_a2c.pod says why.
+ADAM_EPS = {("a2c", "cartpole"): 1e-3}
 VF_COEF, ENT_COEF = 0.5, 0.01
 PPO_CLIP = 0.2
 LR = {"a2c": 7e-4, "ppo": 2.5e-4}
@@ -60,7 +62,7 @@ def build(algo, env_name, num_envs, rollout, updates, devices, epochs, minibatch
             return mlp(n_actions, 0.01), jnp.squeeze(mlp(1, 1.0), -1)
 
     net = ActorCritic()
-    tx = optax.chain(optax.clip_by_global_norm(MAX_GRAD_NORM), optax.adam(LR[algo], eps=ADAM_EPS))
+    tx = optax.chain(optax.clip_by_global_norm(MAX_GRAD_NORM), optax.adam(LR[algo], eps=ADAM_EPS.get((algo, env_name), 1e-5)))
 
     def policy(params, obs, actions):
         """Log-prob of `actions`, entropy and value under `params`."""

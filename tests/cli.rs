@@ -131,3 +131,26 @@ fn an_extern_env_checks_and_needs_a_host_env_to_run() {
         assert!(stderr(&o).contains("E0307") && stderr(&o).contains("--env URI"), "{args:?}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn bench_run_times_a_compiled_entry() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("conv.pod");
+    std::fs::write(
+        &file,
+        "fn layer(x: f32[9, 9, 3], w: f32[3, 3, 3, 4]) -> f32[5, 5, 4] { conv2d(x, w, [2, 2], [[1, 1], [1, 1]]) }\n\
+         fn net(x: f32[2, 9, 9, 3], w: f32[3, 3, 3, 4], n: i32) -> f32 { sum(vmap(layer, x, w)) + n as f32 }\n",
+    )
+    .expect("write");
+    let f = file.to_str().expect("utf-8");
+    let v = json(&podc(&["--no-cache", "bench", "run", f, "--entry", "net", "--runs", "3", "--json"]));
+    assert_eq!(v["entry"], "net");
+    assert_eq!(v["cache"], "off");
+    assert_eq!(v["runs_s"].as_array().expect("runs_s").len(), 3);
+    assert!(v["median_s"].as_f64().expect("median_s") > 0.0);
+    assert!(v["compile_s"].as_f64().expect("compile_s") > 0.0);
+    // With `--args`, those are the arguments; a wrong count is named.
+    let bad = podc(&["bench", "run", f, "--entry", "net", "--args", "[1]"]);
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("argument"), "{}", stderr(&bad));
+}

@@ -2,7 +2,8 @@
 //! `flax.linen.max_pool` on the generated cases of `tests/fixtures/conv/conv.json`
 //! (`gen_conv.py`: random shapes, strides and paddings, valid, same-like and asymmetric,
 //! kernels 1x1 to 8x8, strides 1 to 4, pooling inputs with ties), values and `jax.grad`
-//! of `sum(out * ct)`, on the interpreter and on PJRT.
+//! of `sum(out * ct)`, and a few second derivatives (Hessian-vector products), on the
+//! interpreter and on PJRT.
 //!
 //! Every case becomes a function of one program, and one entry computes them all, so XLA
 //! compiles a single module. Values must agree within 1e-5 and gradients within 1e-4,
@@ -32,7 +33,9 @@ fn ty(shape: &[usize]) -> String {
 }
 
 fn array(shape: &[usize], v: &Value) -> Array {
-    let data: Vec<f32> = v.as_array().expect("data").iter().map(|x| x.as_f64().expect("a number") as f32).collect();
+    // Each number is the shortest decimal of an f32: read as f32 from its text.
+    let f32_of = |x: &Value| x.to_string().parse::<f32>().expect("a number");
+    let data: Vec<f32> = v.as_array().expect("data").iter().map(f32_of).collect();
     Array::new(shape.to_vec(), Data::F32(data))
 }
 
@@ -92,12 +95,7 @@ fn program(doc: &Value) -> (String, Vec<Array>, Vec<Check>) {
         check(format!("pool {name}: value"), &ys, &c["y"], 1e-5);
         check(format!("pool {name}: d/dx"), &xs, &c["dx"], 1e-4);
     }
-    src.push_str(&format!(
-        "fn main({}) -> ({}) {{ ({}) }}\n",
-        params.join(", "),
-        out_tys.join(", "),
-        outs.join(", ")
-    ));
+    src.push_str(&format!("fn main({}) -> ({}) {{ ({}) }}\n", params.join(", "), out_tys.join(", "), outs.join(", ")));
     (src, args, checks)
 }
 
@@ -131,4 +129,57 @@ fn conv_and_max_pool_match_jax() {
     compare("interpreter", &driver::eval(&e, &args), &checks);
     let dev = podracer::cli::run_on_device(client(), &e, &args).expect("runs on the device");
     compare("pjrt", &dev, &checks);
+}
+
+/// `vmap` over `conv2d` and `max_pool` in the three placements (a batch of images with
+/// shared weights, shared image with a batch of kernels, both: what `--seeds N` makes),
+/// per-example gradients (`vmap` of `grad`) and the gradient of a batched loss (`grad` of
+/// `vmap`, whose derivative goes through feature and batch groups), each against a loop
+/// over the examples, on the interpreter and on PJRT.
+const BATCHED: &str = "
+const B: i32 = 3;
+fn f(x: f32[9, 8, 3], w: f32[3, 3, 3, 4]) -> f32[4, 3, 4] {
+    max_pool(conv2d(x, w, [2, 2], [[1, 1], [1, 1]]), [2, 2], [1, 1], [[0, 0], [0, 0]])
+}
+fn loss(p: (f32[9, 8, 3], f32[3, 3, 3, 4]), ct: f32[4, 3, 4]) -> f32 { let (x, w) = p; sum(f(x, w) * ct) }
+fn g(x: f32[9, 8, 3], w: f32[3, 3, 3, 4], ct: f32[4, 3, 4]) -> (f32[9, 8, 3], f32[3, 3, 3, 4]) {
+    grad(loss, (x, w), ct)
+}
+fn batch_loss(ws: f32[B, 3, 3, 3, 4], xs: f32[B, 9, 8, 3], cts: f32[B, 4, 3, 4]) -> f32 {
+    sum(vmap(f, xs, ws) * cts)
+}
+
+fn batched(xs: f32[B, 9, 8, 3], ws: f32[B, 3, 3, 3, 4], cts: f32[B, 4, 3, 4])
+    -> (f32[B, 4, 3, 4], f32[B, 4, 3, 4], f32[B, 4, 3, 4], (f32[B, 9, 8, 3], f32[B, 3, 3, 3, 4]), f32[B, 3, 3, 3, 4]) {
+    (vmap(f, xs, ws[0]), vmap(f, xs[0], ws), vmap(f, xs, ws), vmap(g, xs, ws, cts), grad(batch_loss, ws, xs, cts))
+}
+
+fn looped(xs: f32[B, 9, 8, 3], ws: f32[B, 3, 3, 3, 4], cts: f32[B, 4, 3, 4])
+    -> (f32[B, 4, 3, 4], f32[B, 4, 3, 4], f32[B, 4, 3, 4], (f32[B, 9, 8, 3], f32[B, 3, 3, 3, 4]), f32[B, 3, 3, 3, 4]) {
+    for i in 0..B carry out = (zeros([B, 4, 3, 4]), zeros([B, 4, 3, 4]), zeros([B, 4, 3, 4]), (zeros([B, 9, 8, 3]), zeros([B, 3, 3, 3, 4])), zeros([B, 3, 3, 3, 4])) {
+        let (a, b, c, (dx, dw), dws) = out;
+        let (gx, gw) = g(xs[i], ws[i], cts[i]);
+        (a.set(i, f(xs[i], ws[0])), b.set(i, f(xs[0], ws[i])), c.set(i, f(xs[i], ws[i])), (dx.set(i, gx), dw.set(i, gw)), dws.set(i, gw))
+    }
+}
+";
+
+#[test]
+fn batched_conv_matches_a_loop() {
+    let (prog, diags) = driver::check_source("batched.pod", BATCHED, None);
+    assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
+    let entry = |name| {
+        driver::build(&prog, name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
+    };
+    let mut rng = common::rng::Rng(0xC0DE);
+    let args = vec![
+        rng.f32s(&[3, 9, 8, 3], -1.0, 1.0),
+        rng.f32s(&[3, 3, 3, 3, 4], -1.0, 1.0),
+        rng.f32s(&[3, 4, 3, 4], -1.0, 1.0),
+    ];
+    let (batched, looped) = (entry("batched"), entry("looped"));
+    let want = driver::eval(&looped, &args);
+    let checks: Vec<Check> = want.into_iter().map(|a| Check { what: "batched".into(), want: a, tol: 1e-5 }).collect();
+    compare("interpreter", &driver::eval(&batched, &args), &checks);
+    compare("pjrt", &podracer::cli::run_on_device(client(), &batched, &args).expect("runs"), &checks);
 }

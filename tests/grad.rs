@@ -20,7 +20,7 @@
 
 mod common;
 
-use common::prims::{convs, pools, window_max};
+use common::prims::{convs, pools, select_and_gather_add, select_and_scatter_add, window_max};
 use common::rng::Rng;
 use podracer::array::{Array, ArrayTy, DType, Data};
 use podracer::driver;
@@ -321,7 +321,15 @@ fn cases() -> Vec<Case> {
         cs.push(prim(name, p, vec![f32s(&l), f32s(&r)]));
     }
     for (name, w, x) in pools() {
-        cs.push(prim(name, window_max(&w), vec![Gen::Distinct(x)]));
+        cs.push(prim(name, window_max(&w), vec![Gen::Distinct(x.clone())]));
+        // Linear in the first argument; the operand only chooses (no derivative).
+        let out = window_max(&w).rules().infer(&[ArrayTy::new(DType::F32, x.clone())]).expect("fits").remove(0);
+        cs.push(prim(
+            format!("{name}, scatter"),
+            select_and_scatter_add(&w),
+            vec![f32s(&out.shape), Gen::Distinct(x.clone())],
+        ));
+        cs.push(prim(format!("{name}, gather"), select_and_gather_add(&w), vec![f32s(&x), Gen::Distinct(x)]));
     }
     cs.push(prim("Reverse", Prim::Reverse(Reverse { dims: vec![0, 2] }), vec![f32s(&[2, 3, 2])]));
 

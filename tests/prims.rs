@@ -30,7 +30,7 @@ mod common;
 
 use std::sync::OnceLock;
 
-use common::prims::{convs, gather, pools, scatter, select_and_scatter_add, window_max};
+use common::prims::{convs, gather, pools, scatter, select_and_gather_add, select_and_scatter_add, window_max};
 use common::rng::Rng;
 use podracer::array::{Array, ArrayTy, DType, Data};
 use podracer::ir::eval::eval_func;
@@ -39,8 +39,8 @@ use podracer::ir::{Eqn, Func, Graph, Op, Var};
 use podracer::lower::lower_module;
 use podracer::prims::{
     AllReduce, AllReduceOp, Argmax, Argsort, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert,
-    Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Reverse, Select, Slice,
-    StopGradient, Transpose, Unary, UnaryOp,
+    Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Reverse, Select, Slice, StopGradient,
+    Transpose, Unary, UnaryOp,
 };
 use podracer::runtime::{Client, Runtime};
 
@@ -651,7 +651,9 @@ fn cases() -> Vec<Case> {
         cs.push(exact(format!("{name} edges"), window_max(&w), vec![Array::f32(x.clone(), edges)]));
         let source = rng.f32s(&out.shape, -2.0, 2.0);
         let ties = small_ints(&mut rng, &x);
-        cs.push(case(format!("{name} scatter ties"), select_and_scatter_add(&w), vec![source, ties], acc));
+        cs.push(case(format!("{name} scatter ties"), select_and_scatter_add(&w), vec![source, ties.clone()], acc));
+        let t = rng.f32s(&x, -2.0, 2.0);
+        cs.push(exact(format!("{name} gather ties"), select_and_gather_add(&w), vec![t, ties]));
     }
     cs.push(exact("reverse", Prim::Reverse(Reverse { dims: vec![2, 0] }), vec![rng.f32s(&[2, 3, 4], -1.0, 1.0)]));
 

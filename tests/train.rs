@@ -446,3 +446,17 @@ fn recurrent_ppo_remembers_and_feed_forward_ppo_cannot_in_release() {
         assert!(ok.contains(&ret), "{agent}: final mean return {ret:.3}; the curve ends\n{}", curve_tail(&records));
     }
 }
+
+/// Issue 11's multi-seed run: every seed of the CartPole A2C example balances the pole
+/// at the end, not only their mean.
+#[test]
+fn every_seed_of_cartpole_a2c_learns_in_release() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("a2c4");
+    let records = release_train(&out, &["examples/cartpole_a2c.pod", "--seeds", "4", "--total-steps", "2000000"]);
+    for seed in 0..4 {
+        let own: Vec<metrics::Record> = records.iter().filter(|r| r["seed"] == seed).cloned().collect();
+        let ret = final_return(&own);
+        assert!(ret >= 475.0, "seed {seed}: final mean return {ret:.1}; the curve ends\n{}", curve_tail(&own));
+    }
+}

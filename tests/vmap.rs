@@ -19,7 +19,7 @@
 
 mod common;
 
-use common::prims::{convs, gather, pools, scatter, select_and_scatter_add, window_max};
+use common::prims::{convs, gather, pools, scatter, select_and_gather_add, select_and_scatter_add, window_max};
 use common::rng::Rng;
 use podracer::array::{Array, ArrayTy, DType, Data};
 use podracer::ir::build::Builder;
@@ -427,6 +427,7 @@ fn prim_cases() -> Vec<Case> {
         let out = window_max(&w).rules().infer(&[ArrayTy::new(DType::F32, x.clone())]).expect("fits").remove(0);
         cs.push(exact(name, window_max(&w), vec![f32s(&x)]));
         cs.push(case(format!("{name}, scatter"), select_and_scatter_add(&w), vec![f32s(&out.shape), f32s(&x)], close));
+        cs.push(exact(format!("{name}, gather"), select_and_gather_add(&w), vec![f32s(&x), f32s(&x)]));
     }
     cs.push(exact("reverse", Prim::Reverse(Reverse { dims: vec![0, 2] }), vec![edgy(&[2, 3, 4])]));
     cs
@@ -846,6 +847,7 @@ fn on_device(i: &Instance) -> bool {
         | Prim::Conv(_)
         | Prim::WindowMax(_)
         | Prim::SelectAndScatterAdd(_)
+        | Prim::SelectAndGatherAdd(_)
         | Prim::Reverse(_)
         | Prim::Gather(_)
         | Prim::Scatter(_) => i.rule && at_ends,

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::OnceLock;
 
+mod bench;
 mod env;
 mod eval;
 mod train;
@@ -183,6 +184,25 @@ enum Bench {
         env_workers: usize,
         #[command(flatten)]
         host: HostArgs,
+        #[command(flatten)]
+        source: SourceArgs,
+    },
+    /// The time of one call of a compiled entry point: the median of several calls after
+    /// a warm-up, each waited for on the device. Arguments are uploaded once: `--args`,
+    /// else random f32 in [-1, 1) (a fixed stream per parameter), integers 0, bools false.
+    Run {
+        file: PathBuf,
+        #[arg(long, default_value = "main")]
+        entry: String,
+        /// Arguments as a JSON array (one element per parameter), inline or in a file.
+        #[arg(long, value_name = "JSON|FILE")]
+        args: Option<String>,
+        /// Timed calls (after one warm-up call).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+        runs: u64,
+        /// Print one JSON object: `{"entry", "compile_s", "cache", "median_s", "runs_s"}`.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         source: SourceArgs,
     },
@@ -383,6 +403,17 @@ pub fn main(cli: Cli) -> ExitCode {
                 };
                 env::bench(args, plugin)
             })
+        }
+        Command::Bench(Bench::Run { file, entry, args, runs, json, source }) => {
+            let a = bench::BenchRunArgs {
+                file: &file,
+                entry: &entry,
+                args: args.as_deref(),
+                runs: runs as usize,
+                json,
+                source: &source,
+            };
+            bench::run(a, plugin)
         }
         Command::Train { file, shape, total_steps, seed, out, resume, checkpoint_every, quiet, source, sebulba } => {
             source.options().and_then(|load| {

@@ -112,7 +112,12 @@ impl Elab<'_> {
             Ty::Array(DType::F32, d) if d.len() == rank => Some(v),
             Ty::Error => None,
             _ => {
-                self.err(TypeError::BadOperand { op: op.into(), ty: v.ty.clone(), span: e.span, expected: expected.into() });
+                self.err(TypeError::BadOperand {
+                    op: op.into(),
+                    ty: v.ty.clone(),
+                    span: e.span,
+                    expected: expected.into(),
+                });
                 None
             }
         }
@@ -165,12 +170,12 @@ impl Elab<'_> {
                 Some(n) if n >= min => out[k] = n,
                 _ => {
                     let bound = if min == 0 { "cannot be negative" } else { "must be positive" };
-                    let title = format!("{} {bound}", what.trim_start_matches("the "));
+                    let found = if n.is_some() { "this is 0" } else { "this is negative" };
                     self.err(TypeError::Window {
                         op: op.into(),
-                        title,
+                        title: format!("{} {bound}", noun(what)),
                         span: x.span,
-                        label: format!("{what} {bound}"),
+                        label: found.into(),
                         other: None,
                         note: None,
                     });
@@ -239,5 +244,13 @@ impl Elab<'_> {
                 None
             }
         }
+    }
+}
+
+/// What a list holds, for "... must be positive".
+fn noun(what: &str) -> &str {
+    match what {
+        "the window" => "window sizes",
+        other => other.trim_start_matches("the "),
     }
 }

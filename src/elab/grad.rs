@@ -189,7 +189,6 @@ fn describe(prim: &Prim) -> String {
         // came from (through a loop carry, say).
         Prim::Convert(c) if c.to == DType::F32 => "an integer converted to `f32`".into(),
         Prim::Convert(c) => format!("the conversion to `{}`", c.to),
-        Prim::SelectAndScatterAdd(_) => "the derivative of `max_pool` (a second derivative)".into(),
         p @ (Prim::Unary(_)
         | Prim::Binary(_)
         | Prim::Select(_)
@@ -211,6 +210,8 @@ fn describe(prim: &Prim) -> String {
         | Prim::Dot(_)
         | Prim::Conv(_)
         | Prim::WindowMax(_)
+        | Prim::SelectAndScatterAdd(_)
+        | Prim::SelectAndGatherAdd(_)
         | Prim::StopGradient(_)
         | Prim::AllReduce(_)) => format!("`{}`", p.rules().name()),
     }

@@ -71,7 +71,11 @@ impl Conv {
         }
         for (what, spec, t) in [("lhs", &self.lhs_spec, l), ("rhs", &self.rhs_spec, r)] {
             if spec.len() != n + 2 || t.rank() != n + 2 {
-                return Err(format!("conv: {what} {t} and its dimension numbers {} must have rank {}", list(spec), n + 2));
+                return Err(format!(
+                    "conv: {what} {t} and its dimension numbers {} must have rank {}",
+                    list(spec),
+                    n + 2
+                ));
             }
             check_axes("conv", &format!("{what} dimension"), spec, n + 2)?;
         }
@@ -89,7 +93,7 @@ impl Conv {
         }
         let batch = l.shape[self.lhs_spec[0]];
         let (c, i, o) = (l.shape[self.lhs_spec[1]], r.shape[self.rhs_spec[1]], r.shape[self.rhs_spec[0]]);
-        if c != i * fg || o % fg != 0 || o % bg != 0 || batch % bg != 0 {
+        if c != i * fg || !o.is_multiple_of(fg) || !o.is_multiple_of(bg) || !batch.is_multiple_of(bg) {
             return Err(format!(
                 "conv: lhs {l} (features {c}, batch {batch}) and rhs {r} (in {i}, out {o}) do not fit \
                  feature_groups {fg} and batch_groups {bg}"
@@ -239,7 +243,8 @@ impl Rules for Conv {
             }
             let zero = cx.constant(&Array::f32(vec![], vec![0.0]));
             let padded_ty = ArrayTy::new(DType::F32, shape);
-            let i64s = |v: &[i64]| format!("array<i64: {}>", v.iter().map(i64::to_string).collect::<Vec<_>>().join(", "));
+            let i64s =
+                |v: &[i64]| format!("array<i64: {}>", v.iter().map(i64::to_string).collect::<Vec<_>>().join(", "));
             let attrs = format!(
                 "edge_padding_high = {}, edge_padding_low = {}, interior_padding = {}",
                 i64s(&high),
@@ -247,7 +252,8 @@ impl Rules for Conv {
                 i64s(&interior)
             );
             let scalar = ArrayTy::scalar(DType::F32);
-            let padded = cx.op("stablehlo.pad", &[args[0].clone(), zero], &attrs, &[arg_tys[0].clone(), scalar], &padded_ty);
+            let padded =
+                cx.op("stablehlo.pad", &[args[0].clone(), zero], &attrs, &[arg_tys[0].clone(), scalar], &padded_ty);
             let plain = Conv { padding: vec![(0, 0); n], lhs_dilation: vec![1; n], ..self.clone() };
             return plain.lower(cx, &[padded, args[1].clone()], &[padded_ty, arg_tys[1].clone()], outs);
         }
@@ -386,11 +392,8 @@ impl Rules for Conv {
         }
 
         // The kernel's cotangent.
-        let (feature_groups, batch_groups) = if self.batch_groups > 1 {
-            (self.batch_groups, 1)
-        } else {
-            (1, self.feature_groups)
-        };
+        let (feature_groups, batch_groups) =
+            if self.batch_groups > 1 { (self.batch_groups, 1) } else { (1, self.feature_groups) };
         let padding: Vec<(i64, i64)> =
             (0..n).map(|k| (self.padding[k].0, out_d[k] - lhs_d[k] + rhs_d[k] - self.padding[k].0 - 1)).collect();
         let d_rhs = Conv {

@@ -41,7 +41,7 @@ pub use layout::{Broadcast, Concat, Reshape, Reverse, Transpose};
 pub use literal::{Constant, Iota};
 pub use reduce::{Argmax, Reduce, ReduceOp};
 pub use sort::Argsort;
-pub use window::{SelectAndScatterAdd, WindowMax, Windows};
+pub use window::{SelectAndGatherAdd, SelectAndScatterAdd, WindowMax, Windows};
 
 /// The rules every primitive provides.
 pub trait Rules {
@@ -147,6 +147,8 @@ pub enum Prim {
     WindowMax(WindowMax),
     /// Adds one value per window at the window's first maximum: `WindowMax`'s derivative.
     SelectAndScatterAdd(SelectAndScatterAdd),
+    /// Reads one value per window at the window's first maximum: the scatter's transpose.
+    SelectAndGatherAdd(SelectAndGatherAdd),
     // differentiation
     /// The identity, through which no derivative flows.
     StopGradient(StopGradient),
@@ -183,6 +185,7 @@ impl Prim {
             Prim::Conv(p) => p,
             Prim::WindowMax(p) => p,
             Prim::SelectAndScatterAdd(p) => p,
+            Prim::SelectAndGatherAdd(p) => p,
             Prim::StopGradient(p) => p,
             Prim::AllReduce(p) => p,
         }

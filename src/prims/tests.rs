@@ -671,3 +671,136 @@ fn printer_names_and_attributes() {
         assert_eq!((p.rules().name(), p.rules().attrs().as_str()), (name, attrs));
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// conv and windows
+
+/// A 1-D convolution written as 2-D (height 1), NHWC / HWIO.
+fn conv1d(strides: usize, padding: (i64, i64), lhs_dilation: usize, rhs_dilation: usize) -> Prim {
+    Prim::Conv(Conv {
+        lhs_spec: vec![0, 3, 1, 2],
+        rhs_spec: vec![3, 2, 0, 1],
+        out_spec: vec![0, 3, 1, 2],
+        strides: vec![1, strides],
+        padding: vec![(0, 0), padding],
+        lhs_dilation: vec![1, lhs_dilation],
+        rhs_dilation: vec![1, rhs_dilation],
+        feature_groups: 1,
+        batch_groups: 1,
+    })
+}
+
+#[test]
+fn conv_is_a_cross_correlation_with_strides_padding_and_dilations() {
+    let x = f(&[1, 1, 4, 1], &[1.0, 2.0, 3.0, 4.0]);
+    let w = f(&[1, 2, 1, 1], &[10.0, 1.0]);
+    // Windows [1 2], [2 3], [3 4]: the kernel is not flipped.
+    assert_eq!(ev1(conv1d(1, (0, 0), 1, 1), vec![x.clone(), w.clone()]).data, Data::F32(vec![12.0, 23.0, 34.0]));
+    // Stride 2 with a zero on each side: [0 1], [2 3], [4 0].
+    assert_eq!(ev1(conv1d(2, (1, 1), 1, 1), vec![x.clone(), w.clone()]).data, Data::F32(vec![1.0, 23.0, 40.0]));
+    // Negative padding crops: [2 3] only, the last element dropped too.
+    assert_eq!(ev1(conv1d(1, (-1, -1), 1, 1), vec![x.clone(), w.clone()]).data, Data::F32(vec![23.0]));
+    // lhs dilation 2: 1 0 2 0 3 0 4.
+    assert_eq!(
+        ev1(conv1d(1, (0, 0), 2, 1), vec![x.clone(), w.clone()]).data,
+        Data::F32(vec![10.0, 2.0, 20.0, 3.0, 30.0, 4.0])
+    );
+    // rhs dilation 2: taps two apart, [1 _ 3], [2 _ 4].
+    assert_eq!(ev1(conv1d(1, (0, 0), 1, 2), vec![x, w]).data, Data::F32(vec![13.0, 24.0]));
+}
+
+#[test]
+fn conv_groups() {
+    let spec = |fg, bg| {
+        Prim::Conv(Conv {
+            lhs_spec: vec![0, 3, 1, 2],
+            rhs_spec: vec![3, 2, 0, 1],
+            out_spec: vec![0, 3, 1, 2],
+            strides: vec![1, 1],
+            padding: vec![(0, 0), (0, 0)],
+            lhs_dilation: vec![1, 1],
+            rhs_dilation: vec![1, 1],
+            feature_groups: fg,
+            batch_groups: bg,
+        })
+    };
+    // Two feature groups of one channel: output feature g sees only channel g.
+    let x = f(&[1, 1, 1, 2], &[2.0, 3.0]);
+    let w = f(&[1, 1, 1, 2], &[10.0, 100.0]);
+    assert_eq!(ev1(spec(2, 1), vec![x, w]).data, Data::F32(vec![20.0, 300.0]));
+    // Two batch groups: output feature g sees batch element g; the result has batch 1.
+    let x = f(&[2, 1, 1, 1], &[2.0, 3.0]);
+    let w = f(&[1, 1, 1, 2], &[10.0, 100.0]);
+    let y = ev1(spec(1, 2), vec![x, w]);
+    assert_eq!((y.shape, y.data), (vec![1, 1, 1, 2], Data::F32(vec![20.0, 300.0])));
+    assert!(err(spec(2, 1), &[t(DType::F32, &[1, 1, 1, 3]), t(DType::F32, &[1, 1, 1, 2])]).contains("feature_groups"));
+    assert!(err(spec(2, 2), &[t(DType::F32, &[2, 1, 1, 2]), t(DType::F32, &[1, 1, 1, 2])]).contains("one of them 1"));
+}
+
+#[test]
+fn conv_type_errors() {
+    let p = conv1d(1, (0, 0), 1, 1);
+    assert!(err(p.clone(), &[t(DType::I32, &[1, 1, 4, 1]), t(DType::F32, &[1, 2, 1, 1])]).contains("f32"));
+    assert!(err(p.clone(), &[t(DType::F32, &[1, 4, 1]), t(DType::F32, &[1, 2, 1, 1])]).contains("rank 4"));
+    assert!(err(p, &[t(DType::F32, &[1, 1, 4, 2]), t(DType::F32, &[1, 2, 1, 1])]).contains("do not fit"));
+    // A kernel larger than the padded input gives an empty result, as in XLA.
+    let y = ev1(conv1d(1, (0, 0), 1, 1), vec![f(&[1, 1, 1, 1], &[1.0]), f(&[1, 2, 1, 1], &[1.0, 1.0])]);
+    assert_eq!(y.shape, vec![1, 1, 0, 1]);
+}
+
+fn pool(window: &[usize], strides: &[usize], padding: &[(usize, usize)]) -> Windows {
+    Windows { window: window.to_vec(), strides: strides.to_vec(), padding: padding.to_vec() }
+}
+
+#[test]
+fn window_max_pads_with_minus_infinity() {
+    let w = pool(&[2], &[2], &[(1, 0)]);
+    let x = f(&[5], &[-3.0, 1.0, -2.0, f32::NAN, -1.0]);
+    // Windows [pad -3], [1 -2], [NaN -1]: padding never wins, NaN propagates.
+    let y = ev1(Prim::WindowMax(WindowMax { windows: w.clone() }), vec![x]);
+    let Data::F32(v) = y.data else { panic!("f32") };
+    assert_eq!((v[0], v[1]), (-3.0, 1.0));
+    assert!(v[2].is_nan());
+    assert!(
+        err(Prim::WindowMax(WindowMax { windows: pool(&[7], &[1], &[(0, 0)]) }), &[t(DType::F32, &[5])])
+            .contains("does not fit")
+    );
+}
+
+#[test]
+fn select_and_scatter_add_picks_the_first_maximum() {
+    // Overlapping windows of 2 with stride 1 over [1 3 3 2]: [1 3] -> index 1, [3 3] -> the
+    // first, index 1, [3 2] -> index 2.
+    let w = pool(&[2], &[1], &[(0, 0)]);
+    let p = Prim::SelectAndScatterAdd(SelectAndScatterAdd { windows: w });
+    let y = ev1(p, vec![f(&[3], &[1.0, 10.0, 100.0]), f(&[4], &[1.0, 3.0, 3.0, 2.0])]);
+    assert_eq!(y.data, Data::F32(vec![0.0, 11.0, 100.0, 0.0]));
+    // Padding is -inf: a window of padding and -inf keeps the padding (its value is dropped).
+    let w = pool(&[2], &[2], &[(1, 0)]);
+    let p = Prim::SelectAndScatterAdd(SelectAndScatterAdd { windows: w });
+    let y = ev1(p, vec![f(&[2], &[5.0, 7.0]), f(&[3], &[f32::NEG_INFINITY, 0.0, 1.0])]);
+    assert_eq!(y.data, Data::F32(vec![0.0, 0.0, 7.0]));
+}
+
+#[test]
+fn reverse_flips_the_given_dimensions() {
+    let x = f(&[2, 3], &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    let y = ev1(Prim::Reverse(Reverse { dims: vec![1] }), vec![x.clone()]);
+    assert_eq!(y.data, Data::F32(vec![3.0, 2.0, 1.0, 6.0, 5.0, 4.0]));
+    let y = ev1(Prim::Reverse(Reverse { dims: vec![0, 1] }), vec![x]);
+    assert_eq!(y.data, Data::F32(vec![6.0, 5.0, 4.0, 3.0, 2.0, 1.0]));
+}
+
+#[test]
+fn select_and_gather_add_reads_the_first_maximum() {
+    // The scatter's example read back: windows [1 3], [3 3], [3 2] choose 1, 1 (the first
+    // of the tie) and 2.
+    let w = pool(&[2], &[1], &[(0, 0)]);
+    let p = Prim::SelectAndGatherAdd(SelectAndGatherAdd { windows: w });
+    let y = ev1(p, vec![f(&[4], &[10.0, 20.0, 30.0, 40.0]), f(&[4], &[1.0, 3.0, 3.0, 2.0])]);
+    assert_eq!(y.data, Data::F32(vec![20.0, 20.0, 30.0]));
+    // A window of padding only reads 0.
+    let w = pool(&[1], &[1], &[(1, 0)]);
+    let p = Prim::SelectAndGatherAdd(SelectAndGatherAdd { windows: w });
+    assert_eq!(ev1(p, vec![f(&[1], &[5.0]), f(&[1], &[1.0])]).data, Data::F32(vec![0.0, 5.0]));
+}

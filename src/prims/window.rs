@@ -48,6 +48,18 @@ pub struct SelectAndScatterAdd {
     pub windows: Windows,
 }
 
+/// `t` at each window's first maximum of `x` in row-major order (ties: the first), or 0
+/// for a window of padding only: JAX's `_select_and_gather_add`, the transpose of
+/// [`SelectAndScatterAdd`] with respect to its source, and so the derivative of the
+/// derivative of [`WindowMax`]. The two choose alike except in windows holding NaN, or
+/// whose real elements are all `-inf` (there the scatter may choose padding). Arguments:
+/// `t` and `x`, of one shape; the result has one value per window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SelectAndGatherAdd {
+    /// The windows of the [`WindowMax`] it differentiates.
+    pub windows: Windows,
+}
+
 impl Windows {
     /// The shape of the window results over an operand of `shape`, or what does not fit.
     fn out_shape(&self, name: &str, shape: &[usize]) -> Result<Vec<usize>, String> {
@@ -108,6 +120,17 @@ impl Windows {
             .collect()
     }
 
+    /// For every window, the position [`SelectAndScatterAdd`] chooses in `v`: XLA's
+    /// selection keeps the current choice while `current >= candidate`, padding counting
+    /// as `-inf`; `None` when that is padding.
+    fn choices(&self, shape: &[usize], v: &[f32]) -> Vec<Option<usize>> {
+        let at = |p: Option<usize>| p.map_or(f32::NEG_INFINITY, |p| v[p]);
+        self.members(shape)
+            .iter()
+            .map(|m| m.iter().copied().reduce(|cur, p| if at(cur) >= at(p) { cur } else { p }).flatten())
+            .collect()
+    }
+
     /// The same windows with a trivial dimension inserted at `axis` (a batch axis).
     fn with_batch(&self, axis: usize) -> Windows {
         let mut w = self.clone();
@@ -159,7 +182,8 @@ impl Rules for WindowMax {
         let v = f32_data(x);
         let max = BinaryOp::Max.rule().fns.f32.expect("max is defined on f32");
         let members = self.windows.members(&x.shape);
-        let out = members.iter().map(|m| m.iter().flatten().fold(f32::NEG_INFINITY, |acc, &p| max(acc, v[p]))).collect();
+        let out =
+            members.iter().map(|m| m.iter().flatten().fold(f32::NEG_INFINITY, |acc, &p| max(acc, v[p]))).collect();
         let shape = self.windows.out_shape("reduce_window_max", &x.shape).expect("checked by infer");
         vec![Array::new(shape, Data::F32(out))]
     }
@@ -222,11 +246,8 @@ impl Rules for SelectAndScatterAdd {
         let (source, x) = (f32_data(args[0]), args[1]);
         let v = f32_data(x);
         let mut out = vec![0.0f32; v.len()];
-        let at = |p: Option<usize>| p.map_or(f32::NEG_INFINITY, |p| v[p]);
-        for (m, &s) in self.windows.members(&x.shape).iter().zip(source) {
-            // XLA's selection: keep the current choice while `current >= candidate`.
-            let chosen = m.iter().copied().reduce(|cur, p| if at(cur) >= at(p) { cur } else { p });
-            if let Some(Some(p)) = chosen {
+        for (chosen, &s) in self.windows.choices(&x.shape, v).into_iter().zip(source) {
+            if let Some(p) = chosen {
                 out[p] += s;
             }
         }
@@ -253,7 +274,8 @@ impl Rules for SelectAndScatterAdd {
             i64_array(&lows),
             i64_array(&vec![0; lows.len()])
         );
-        let padded = cx.op("stablehlo.pad", &[x.clone(), neg_inf], &attrs, &[arg_tys[1].clone(), scalar.clone()], &padded_ty);
+        let padded =
+            cx.op("stablehlo.pad", &[x.clone(), neg_inf], &attrs, &[arg_tys[1].clone(), scalar.clone()], &padded_ty);
         let unpadded = Windows { padding: vec![(0, 0); lows.len()], ..w.clone() };
         let zero = cx.constant(&Array::f32(vec![], vec![0.0]));
         let r = cx.fresh();
@@ -264,7 +286,10 @@ impl Rules for SelectAndScatterAdd {
         region(cx, |cx, a, b, t| lower_compare(cx, CmpOp::Ge, a, b, t), DType::Bool);
         cx.reopen("}, {");
         region(cx, |cx, a, b, t| lower_binary(cx, BinaryOp::Add, a, b, t), DType::F32);
-        cx.close(&format!("}}) : {}", fn_type(&[padded_ty.clone(), arg_tys[0].clone(), scalar], std::slice::from_ref(&padded_ty))));
+        cx.close(&format!(
+            "}}) : {}",
+            fn_type(&[padded_ty.clone(), arg_tys[0].clone(), scalar], std::slice::from_ref(&padded_ty))
+        ));
         let limits: Vec<usize> = lows.iter().zip(&arg_tys[1].shape).map(|(lo, n)| lo + n).collect();
         let attrs = format!(
             "limit_indices = {}, start_indices = {}, strides = {}",
@@ -285,15 +310,123 @@ impl Rules for SelectAndScatterAdd {
         vec![BVal::batched(b.prim1(Prim::SelectAndScatterAdd(p), &vars), a)]
     }
 
-    /// Not differentiated: a second derivative of `max_pool` would need the gather
-    /// that is this scatter's transpose, which podc does not have yet.
+    /// Linear in the source: its transpose gathers the cotangent at each window's choice
+    /// ([`SelectAndGatherAdd`]). The choice itself is piecewise constant in the operand,
+    /// which gets no derivative.
     fn vjp(
         &self,
-        _b: &mut Builder,
-        _args: &[Var],
+        b: &mut Builder,
+        args: &[Var],
         _outs: &[Var],
-        _cts: &[Var],
+        cts: &[Var],
     ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
-        Err(NotDifferentiable)
+        let p = SelectAndGatherAdd { windows: self.windows.clone() };
+        Ok(vec![Some(b.prim1(Prim::SelectAndGatherAdd(p), &[cts[0], args[1]])), None])
+    }
+}
+
+impl Rules for SelectAndGatherAdd {
+    fn name(&self) -> &'static str {
+        "select_and_gather_add"
+    }
+
+    fn attrs(&self) -> String {
+        self.windows.attrs()
+    }
+
+    fn infer(&self, args: &[ArrayTy]) -> Result<Vec<ArrayTy>, String> {
+        expect_arity("select_and_gather_add", args, 2)?;
+        let (t, x) = (&args[0], &args[1]);
+        expect_f32("select_and_gather_add", t)?;
+        expect_f32("select_and_gather_add", x)?;
+        if t.shape != x.shape {
+            return Err(format!("select_and_gather_add: {t} and {x} differ in shape"));
+        }
+        Ok(vec![ArrayTy::new(DType::F32, self.windows.out_shape("select_and_gather_add", &x.shape)?)])
+    }
+
+    fn eval(&self, args: &[&Array]) -> Vec<Array> {
+        let (t, x) = (f32_data(args[0]), args[1]);
+        let v = f32_data(x);
+        // The first of the largest real elements (a later one wins only when larger).
+        let first_max =
+            |m: &Vec<Option<usize>>| m.iter().flatten().copied().reduce(|c, p| if v[p] > v[c] { p } else { c });
+        let out = self.windows.members(&x.shape).iter().map(|m| first_max(m).map_or(0.0, |p| t[p])).collect();
+        let shape = self.windows.out_shape("select_and_gather_add", &x.shape).expect("checked by infer");
+        vec![Array::new(shape, Data::F32(out))]
+    }
+
+    /// A `stablehlo.reduce_window` over triples `(x, -position, t)` keeping the larger
+    /// `(x, -position)`: the first maximum, whatever order XLA combines a window's
+    /// elements in (a `>=` on `x` alone would break ties in that order, which XLA leaves
+    /// open, and did differently from its `select_and_scatter`). Padding is
+    /// `(-inf, i32::MIN, 0)`, so it never wins against a real element.
+    fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        let (t, x) = (&args[0], &args[1]);
+        let shape = arg_tys[1].shape.clone();
+        let n = shape.iter().product::<usize>();
+        let flat = ArrayTy::new(DType::I32, vec![n]);
+        let idx_ty = ArrayTy::new(DType::I32, shape);
+        let iota = cx.op("stablehlo.iota", &[], "iota_dimension = 0 : i64", &[], &flat);
+        let idx = cx.op("stablehlo.reshape", &[iota], "", &[flat], &idx_ty);
+        let key = cx.op("stablehlo.negate", &[idx], "", std::slice::from_ref(&idx_ty), &idx_ty);
+        let inits = [
+            cx.constant(&Array::f32(vec![], vec![f32::NEG_INFINITY])),
+            cx.constant(&Array::i32(vec![], vec![i32::MIN])),
+            cx.constant(&Array::f32(vec![], vec![0.0])),
+        ];
+        let r = cx.fresh();
+        cx.open(&format!(
+            "{r}:3 = \"stablehlo.reduce_window\"({x}, {key}, {t}, {}) <{{{}}}> ({{",
+            inits.join(", "),
+            self.windows.lower_attrs()
+        ));
+        let (f, i) = (ArrayTy::scalar(DType::F32), ArrayTy::scalar(DType::I32));
+        let tys = [f.clone(), i.clone(), f.clone()];
+        let a: Vec<String> = tys.iter().map(|_| cx.fresh()).collect();
+        let b: Vec<String> = tys.iter().map(|_| cx.fresh()).collect();
+        let params: Vec<String> =
+            a.iter().chain(&b).zip(tys.iter().chain(&tys)).map(|(v, t)| format!("{v}: {}", tensor_type(t))).collect();
+        cx.label(&format!("^bb0({}):", params.join(", ")));
+        let pred = ArrayTy::scalar(DType::Bool);
+        let gt = lower_compare(cx, CmpOp::Gt, &a[0], &b[0], &f);
+        let eq = lower_compare(cx, CmpOp::Eq, &a[0], &b[0], &f);
+        let first = lower_compare(cx, CmpOp::Ge, &a[1], &b[1], &i);
+        let both = [pred.clone(), pred.clone()];
+        let tie = cx.op("stablehlo.and", &[eq, first], "", &both, &pred);
+        let keep = cx.op("stablehlo.or", &[gt, tie], "", &both, &pred);
+        let picked: Vec<String> = (0..3)
+            .map(|k| {
+                let sel = [pred.clone(), tys[k].clone(), tys[k].clone()];
+                cx.op("stablehlo.select", &[keep.clone(), a[k].clone(), b[k].clone()], "", &sel, &tys[k])
+            })
+            .collect();
+        cx.ret(&picked, &tys);
+        let out_shape = &outs[0].shape;
+        let ins = [arg_tys[1].clone(), idx_ty, arg_tys[0].clone(), f.clone(), i, f];
+        let results = [outs[0].clone(), ArrayTy::new(DType::I32, out_shape.clone()), outs[0].clone()];
+        cx.close(&format!("}}) : {}", fn_type(&ins, &results)));
+        vec![format!("{r}#2")]
+    }
+
+    /// Both operands get their batch axes at one place, with a window of 1 there.
+    fn batch(&self, b: &mut Builder, args: &[BVal]) -> Vec<BVal> {
+        let size = batch_size(b, args);
+        let a = args.iter().find_map(|x| x.axis).expect("a batched operand");
+        let vars: Vec<Var> = args.iter().map(|&x| bdim_at(b, x, a, size)).collect();
+        let p = SelectAndGatherAdd { windows: self.windows.with_batch(a) };
+        vec![BVal::batched(b.prim1(Prim::SelectAndGatherAdd(p), &vars), a)]
+    }
+
+    /// Linear in `t`: its transpose is the scatter. The operand gets no derivative.
+    fn vjp(
+        &self,
+        b: &mut Builder,
+        args: &[Var],
+        _outs: &[Var],
+        cts: &[Var],
+    ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
+        let p = SelectAndScatterAdd { windows: self.windows.clone() };
+        Ok(vec![Some(b.prim1(Prim::SelectAndScatterAdd(p), &[cts[0], args[1]])), None])
     }
 }

@@ -1,6 +1,6 @@
 //! Constructors for the primitives with many attributes, shared by the primitive tables.
 
-use podracer::prims::{Conv, Gather, Prim, Scatter, SelectAndScatterAdd, WindowMax, Windows};
+use podracer::prims::{Conv, Gather, Prim, Scatter, SelectAndGatherAdd, SelectAndScatterAdd, WindowMax, Windows};
 
 /// A `Gather`: offset and collapsed dims, (operand, indices) batching dims, the start
 /// index map and the slice sizes.
@@ -37,7 +37,13 @@ pub fn scatter(window: &[usize], inserted: &[usize], batching: (&[usize], &[usiz
 /// NHWC/HWIO as `conv2d` makes them, strided and padded (negative padding crops), other
 /// layouts, dilations, and both kinds of groups (what batching and the derivatives make).
 pub fn convs() -> Vec<(&'static str, Prim, Vec<usize>, Vec<usize>)> {
-    let conv = |lhs: [usize; 4], rhs: [usize; 4], out: [usize; 4], strides, padding, dil: ([usize; 2], [usize; 2]), g: (usize, usize)| {
+    let conv = |lhs: [usize; 4],
+                rhs: [usize; 4],
+                out: [usize; 4],
+                strides,
+                padding,
+                dil: ([usize; 2], [usize; 2]),
+                g: (usize, usize)| {
         Prim::Conv(Conv {
             lhs_spec: lhs.to_vec(),
             rhs_spec: rhs.to_vec(),
@@ -53,7 +59,12 @@ pub fn convs() -> Vec<(&'static str, Prim, Vec<usize>, Vec<usize>)> {
     let (nhwc, hwio) = ([0, 3, 1, 2], [3, 2, 0, 1]);
     let plain = ([1, 1], [1, 1]);
     vec![
-        ("conv nhwc", conv(nhwc, hwio, nhwc, [1, 1], [(0, 0), (0, 0)], plain, (1, 1)), vec![2, 4, 5, 3], vec![2, 3, 3, 2]),
+        (
+            "conv nhwc",
+            conv(nhwc, hwio, nhwc, [1, 1], [(0, 0), (0, 0)], plain, (1, 1)),
+            vec![2, 4, 5, 3],
+            vec![2, 3, 3, 2],
+        ),
         (
             "conv strided, padded",
             conv(nhwc, hwio, nhwc, [2, 3], [(1, 0), (2, 1)], plain, (1, 1)),
@@ -109,4 +120,9 @@ pub fn window_max(w: &Windows) -> Prim {
 /// `select_and_scatter_add` over these windows.
 pub fn select_and_scatter_add(w: &Windows) -> Prim {
     Prim::SelectAndScatterAdd(SelectAndScatterAdd { windows: w.clone() })
+}
+
+/// `select_and_gather_add` over these windows.
+pub fn select_and_gather_add(w: &Windows) -> Prim {
+    Prim::SelectAndGatherAdd(SelectAndGatherAdd { windows: w.clone() })
 }
