@@ -182,6 +182,28 @@ fn layers_and_their_gradients_match_jax() {
     against_reference("nn", &["dense", "mlp_tanh", "mlp_relu", "relu"], TOL);
 }
 
+/// The Nature and IMPALA CNNs against CleanRL's and Cleanba's flax modules, with the
+/// parameters their initialisers draw: orthogonal kernels judged as `orthogonal` is (their
+/// Q factors round differently), so the features too, relative to the largest. On PJRT
+/// only: the interpreter's convolutions and products are plain loops, minutes at these
+/// sizes; tests/conv.rs checks every convolution rule on both engines.
+#[test]
+fn atari_networks_match_flax() {
+    let doc = fixture("nn");
+    for name in ["nature_cnn", "impala_cnn"] {
+        let c = cases(&doc).iter().find(|c| c["name"] == name).expect("case");
+        let e = build("nn", c["entry"].as_str().expect("entry"));
+        let args = podracer::io::args_from_json(&e.params, &c["args"]).expect("arguments");
+        let dev = podracer::cli::run_on_device(common::client(), &e, &args).expect("runs on the device");
+        for (k, (got, w)) in dev.iter().zip(c["outputs"].as_array().expect("outputs")).enumerate() {
+            let mut want = vec![];
+            flat(w, &mut want);
+            let err = relative_error(f32s(got), &want, ORTHOGONAL.floor);
+            assert!(err <= ORTHOGONAL.rtol, "{name} result {k}: {err:.2e} off flax");
+        }
+    }
+}
+
 #[test]
 fn gru_step_and_backpropagation_through_time_match_flax() {
     against_reference("nn", &["gru", "gru_bptt"], TOL);

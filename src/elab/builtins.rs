@@ -657,9 +657,9 @@ fn size_key(dims: &[Dim]) -> (u64, Vec<String>) {
         match d {
             Dim::Known(k) => n = n.saturating_mul(*k),
             Dim::Param(p) => params.push(p.to_string()),
-            Dim::Scaled(p, c) => {
+            Dim::Scaled(ps, c) => {
                 n = n.saturating_mul(*c);
-                params.push(p.to_string());
+                params.extend(ps.iter().map(|p| p.to_string()));
             }
         }
     }

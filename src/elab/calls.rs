@@ -259,18 +259,20 @@ pub(super) fn unify_dims(
                         true
                     }
                 },
-                // `p * c` against a size: `p` is its quotient, if `c` divides it.
-                Dim::Scaled(p, c) => match sizes.get(p) {
-                    Some(bound) => bound.mul(&Dim::Known(*c)).as_ref() == Some(x),
-                    None => {
-                        let quotient = match x {
-                            Dim::Known(n) if n % c == 0 => Some(Dim::Known(n / c)),
-                            Dim::Scaled(q, m) if m % c == 0 => Dim::Param(q.clone()).mul(&Dim::Known(m / c)),
-                            _ => None,
-                        };
-                        quotient.map(|q| sizes.insert(p.clone(), q)).is_some()
+                // A product against a size: with every parameter bound, the same size;
+                // with one unbound, that one is the quotient, if it divides exactly.
+                Dim::Scaled(ps, c) => {
+                    let unbound: Vec<&Rc<str>> = ps.iter().filter(|p| !sizes.contains_key(*p)).collect();
+                    let bound = ps
+                        .iter()
+                        .filter(|p| sizes.contains_key(*p))
+                        .try_fold(Dim::Known(*c), |acc, p| acc.mul(&sizes[p]));
+                    match (unbound.as_slice(), bound) {
+                        ([], Some(b)) => b == *x,
+                        ([p], Some(b)) => x.div(&b).map(|q| sizes.insert((*p).clone(), q)).is_some(),
+                        _ => false,
                     }
-                },
+                }
                 Dim::Known(_) => d == x,
             })
     };

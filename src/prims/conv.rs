@@ -133,6 +133,65 @@ fn dimension_numbers(c: &Conv) -> String {
     )
 }
 
+/// `x` (of type `ty`) transposed by `perm`, lowered; its name and type.
+fn transposed(cx: &mut LowerCx, x: &str, ty: &ArrayTy, perm: &[usize]) -> (String, ArrayTy) {
+    let t = Transpose { perm: perm.to_vec() };
+    let out_ty = t.infer(std::slice::from_ref(ty)).expect("a permutation").remove(0);
+    let name = t.lower(cx, &[x.to_string()], std::slice::from_ref(ty), std::slice::from_ref(&out_ty)).remove(0);
+    (name, out_ty)
+}
+
+impl Conv {
+    /// The layout XLA's CPU backend runs as a fast (Eigen) convolution: batch first and
+    /// features last in the lhs and result, the kernel's spatial dimensions first, then
+    /// input and output features.
+    fn is_canonical(&self) -> bool {
+        let n = self.strides.len();
+        let spatial: Vec<usize> = (1..=n).collect();
+        self.lhs_spec[0] == 0
+            && self.lhs_spec[1] == n + 1
+            && self.lhs_spec[2..] == spatial[..]
+            && self.out_spec == self.lhs_spec
+            && self.rhs_spec[0] == n + 1
+            && self.rhs_spec[1] == n
+            && self.rhs_spec[2..].iter().copied().eq(0..n)
+    }
+
+    /// A convolution without groups in another layout (a derivative's: the kernel's
+    /// cotangent convolves with batch and features swapped), lowered as the canonical one
+    /// between transposes. XLA canonicalises such convolutions itself, but not inside a
+    /// loop body, where it falls back to a naive loop 10-20x slower (a PPO epoch's
+    /// gradient steps). `None` when the convolution needs no change.
+    fn lower_canonical(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Option<Vec<String>> {
+        if self.feature_groups != 1 || self.batch_groups != 1 || self.is_canonical() {
+            return None;
+        }
+        let n = self.strides.len();
+        // New dimension i of each operand is its old dimension perm[i].
+        let lhs_perm: Vec<usize> = [self.lhs_spec[0]].into_iter().chain(self.lhs_spec[2..].iter().copied()).chain([self.lhs_spec[1]]).collect();
+        let rhs_perm: Vec<usize> = self.rhs_spec[2..].iter().copied().chain([self.rhs_spec[1], self.rhs_spec[0]]).collect();
+        let out_perm: Vec<usize> = [self.out_spec[0]].into_iter().chain(self.out_spec[2..].iter().copied()).chain([self.out_spec[1]]).collect();
+        let (lhs, lhs_ty) = transposed(cx, &args[0], &arg_tys[0], &lhs_perm);
+        let (rhs, rhs_ty) = transposed(cx, &args[1], &arg_tys[1], &rhs_perm);
+        let spatial: Vec<usize> = (1..=n).collect();
+        let canonical = Conv {
+            lhs_spec: [0, n + 1].into_iter().chain(spatial.iter().copied()).collect(),
+            rhs_spec: [n + 1, n].into_iter().chain(0..n).collect(),
+            out_spec: [0, n + 1].into_iter().chain(spatial.iter().copied()).collect(),
+            ..self.clone()
+        };
+        let out_ty = ArrayTy::new(outs[0].dtype, out_perm.iter().map(|&d| outs[0].shape[d]).collect());
+        let y = canonical.lower(cx, &[lhs, rhs], &[lhs_ty, rhs_ty], std::slice::from_ref(&out_ty)).remove(0);
+        // Back: result dimension d is canonical dimension k where out_perm[k] = d.
+        let mut back = vec![0; out_perm.len()];
+        for (k, &d) in out_perm.iter().enumerate() {
+            back[d] = k;
+        }
+        let (out, _) = transposed(cx, &y, &out_ty, &back);
+        Some(vec![out])
+    }
+}
+
 impl Rules for Conv {
     fn name(&self) -> &'static str {
         "conv"
@@ -256,6 +315,9 @@ impl Rules for Conv {
                 cx.op("stablehlo.pad", &[args[0].clone(), zero], &attrs, &[arg_tys[0].clone(), scalar], &padded_ty);
             let plain = Conv { padding: vec![(0, 0); n], lhs_dilation: vec![1; n], ..self.clone() };
             return plain.lower(cx, &[padded, args[1].clone()], &[padded_ty, arg_tys[1].clone()], outs);
+        }
+        if let Some(lowered) = self.lower_canonical(cx, args, arg_tys, outs) {
+            return lowered;
         }
         let pads: Vec<String> = self.padding.iter().map(|(lo, hi)| format!("[{lo}, {hi}]")).collect();
         let attrs = format!(

@@ -13,27 +13,55 @@ use std::fmt;
 use std::rc::Rc;
 
 /// One dimension: a known size, or a generic size parameter of the function being
-/// checked, possibly times a constant (`MB * 4`, so that a batch splits into minibatches).
+/// checked, possibly times others and a constant (`MB * 4`, so that a batch splits into
+/// minibatches; `H * W * C`, an image flattened).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Dim {
     Known(u64),
     Param(Rc<str>),
-    /// `p * c`, with `c >= 2`.
-    Scaled(Rc<str>, u64),
+    /// A product of parameters (sorted, repeats allowed) times `c >= 1`: at least two
+    /// parameters, or one with `c >= 2`; anything less is a `Param` or `Known`.
+    Scaled(Rc<[Rc<str>]>, u64),
 }
 
 impl Dim {
-    /// The product of two sizes, when it is one: known sizes, or a parameter times known ones.
-    pub fn mul(&self, other: &Dim) -> Option<Dim> {
-        let scaled = |p: &Rc<str>, c: u64| if c == 1 { Dim::Param(p.clone()) } else { Dim::Scaled(p.clone(), c) };
-        match (self, other) {
-            (Dim::Known(a), Dim::Known(b)) => Some(Dim::Known(a.checked_mul(*b)?)),
-            (Dim::Param(p), Dim::Known(c)) | (Dim::Known(c), Dim::Param(p)) => Some(scaled(p, *c)),
-            (Dim::Scaled(p, a), Dim::Known(b)) | (Dim::Known(b), Dim::Scaled(p, a)) => {
-                Some(scaled(p, a.checked_mul(*b)?))
-            }
-            _ => None,
+    /// The parameters of the product and its constant factor.
+    fn monomial(&self) -> (Vec<Rc<str>>, u64) {
+        match self {
+            Dim::Known(n) => (vec![], *n),
+            Dim::Param(p) => (vec![p.clone()], 1),
+            Dim::Scaled(ps, c) => (ps.to_vec(), *c),
         }
+    }
+
+    /// The dimension `params * c`, in its normal form.
+    fn of_monomial(mut params: Vec<Rc<str>>, c: u64) -> Dim {
+        params.sort();
+        match (params.len(), c) {
+            (0, _) | (_, 0) => Dim::Known(if params.is_empty() { c } else { 0 }),
+            (1, 1) => Dim::Param(params.remove(0)),
+            _ => Dim::Scaled(params.into(), c),
+        }
+    }
+
+    /// The product of two sizes (`None` on overflow).
+    pub fn mul(&self, other: &Dim) -> Option<Dim> {
+        let ((mut ps, a), (qs, b)) = (self.monomial(), other.monomial());
+        ps.extend(qs);
+        Some(Dim::of_monomial(ps, a.checked_mul(b)?))
+    }
+
+    /// The quotient `self / other`, when `other` divides `self` exactly as a product.
+    pub fn div(&self, other: &Dim) -> Option<Dim> {
+        let ((mut ps, a), (qs, b)) = (self.monomial(), other.monomial());
+        if b == 0 || a % b != 0 {
+            return None;
+        }
+        for q in qs {
+            let i = ps.iter().position(|p| *p == q)?;
+            ps.remove(i);
+        }
+        Some(Dim::of_monomial(ps, a / b))
     }
 }
 
@@ -42,7 +70,13 @@ impl fmt::Display for Dim {
         match self {
             Dim::Known(n) => write!(f, "{n}"),
             Dim::Param(p) => f.write_str(p),
-            Dim::Scaled(p, c) => write!(f, "{p} * {c}"),
+            Dim::Scaled(ps, c) => {
+                f.write_str(&ps.join(" * "))?;
+                if *c > 1 {
+                    write!(f, " * {c}")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -217,7 +251,10 @@ impl Ty {
 pub fn subst_dim(d: &Dim, s: &Subst) -> Dim {
     match d {
         Dim::Param(p) => s.get(p).cloned().unwrap_or_else(|| d.clone()),
-        Dim::Scaled(p, c) => s.get(p).and_then(|x| x.mul(&Dim::Known(*c))).unwrap_or_else(|| d.clone()),
+        Dim::Scaled(ps, c) => ps
+            .iter()
+            .try_fold(Dim::Known(*c), |acc, p| acc.mul(&s.get(p).cloned().unwrap_or_else(|| Dim::Param(p.clone()))))
+            .unwrap_or_else(|| d.clone()),
         Dim::Known(_) => d.clone(),
     }
 }
