@@ -25,7 +25,10 @@ FRAMESKIP = 4
 
 def run(cmd):
     """The last line of the command's stdout as JSON, or the reason it failed."""
-    p = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        return None, f"cannot run `{cmd[0]}`: {e}"
     lines = p.stdout.strip().splitlines()
     if p.returncode != 0 or not lines:
         why = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
