@@ -393,6 +393,39 @@ fn pendulum_ppo_runs() {
     assert!(records.iter().all(|r| r["loss"].as_f64().is_some_and(f64::is_finite)), "{records:?}");
 }
 
+/// Every example file passes `podc check` (those that need a host env, such as
+/// `atari_impala.pod` on `ale:Pong`, are checked here and trained in docs/training.md).
+#[test]
+fn every_example_checks() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files: Vec<PathBuf> = fs::read_dir(root.join("examples"))
+        .expect("examples/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "pod"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "{files:?}");
+    let o = podc(root, &["check"]).args(&files).output().expect("podc runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+/// The convolutional example (`examples/breakout_minatar_ppo.pod`) compiles and runs an
+/// update; its learning run (5M steps) is recorded in docs/training.md.
+#[test]
+fn breakout_minatar_ppo_runs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("breakout");
+    let o = podc(Path::new(env!("CARGO_MANIFEST_DIR")), &["train", "examples/breakout_minatar_ppo.pod", "--envs", "8"])
+        .args(["--updates-per-call", "1", "--total-steps", "1024", "-q", "--out"])
+        .arg(&out)
+        .output()
+        .expect("podc runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let records = metrics_of(&out);
+    assert_eq!(records.last().expect("a record")["env_steps"], 1024);
+    assert!(records.iter().all(|r| r["loss"].as_f64().is_some_and(f64::is_finite)), "{records:?}");
+}
+
 /// `podc train ARGS --out DIR` from the release binary (a debug build trains about ten
 /// times slower); the run's records.
 fn release_train(out: &Path, args: &[&str]) -> Vec<metrics::Record> {
