@@ -162,15 +162,30 @@ impl Conv {
     /// between transposes. XLA canonicalises such convolutions itself, but not inside a
     /// loop body, where it falls back to a naive loop 10-20x slower (a PPO epoch's
     /// gradient steps). `None` when the convolution needs no change.
-    fn lower_canonical(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Option<Vec<String>> {
+    fn lower_canonical(
+        &self,
+        cx: &mut LowerCx,
+        args: &[String],
+        arg_tys: &[ArrayTy],
+        outs: &[ArrayTy],
+    ) -> Option<Vec<String>> {
         if self.feature_groups != 1 || self.batch_groups != 1 || self.is_canonical() {
             return None;
         }
         let n = self.strides.len();
         // New dimension i of each operand is its old dimension perm[i].
-        let lhs_perm: Vec<usize> = [self.lhs_spec[0]].into_iter().chain(self.lhs_spec[2..].iter().copied()).chain([self.lhs_spec[1]]).collect();
-        let rhs_perm: Vec<usize> = self.rhs_spec[2..].iter().copied().chain([self.rhs_spec[1], self.rhs_spec[0]]).collect();
-        let out_perm: Vec<usize> = [self.out_spec[0]].into_iter().chain(self.out_spec[2..].iter().copied()).chain([self.out_spec[1]]).collect();
+        let lhs_perm: Vec<usize> = [self.lhs_spec[0]]
+            .into_iter()
+            .chain(self.lhs_spec[2..].iter().copied())
+            .chain([self.lhs_spec[1]])
+            .collect();
+        let rhs_perm: Vec<usize> =
+            self.rhs_spec[2..].iter().copied().chain([self.rhs_spec[1], self.rhs_spec[0]]).collect();
+        let out_perm: Vec<usize> = [self.out_spec[0]]
+            .into_iter()
+            .chain(self.out_spec[2..].iter().copied())
+            .chain([self.out_spec[1]])
+            .collect();
         let (lhs, lhs_ty) = transposed(cx, &args[0], &arg_tys[0], &lhs_perm);
         let (rhs, rhs_ty) = transposed(cx, &args[1], &arg_tys[1], &rhs_perm);
         let spatial: Vec<usize> = (1..=n).collect();
