@@ -5,7 +5,9 @@ mod common;
 
 use common::{assert_close, entry, run_both};
 use podracer::array::Array;
+use podracer::driver::Entry;
 use podracer::io::show;
+use podracer::prims::{Convert, Prim};
 use std::path::Path;
 
 fn example(name: &str) -> Vec<Array> {
@@ -51,13 +53,30 @@ fn grad() {
     assert_close(&example("grad.pod"), &want, 1e-5);
 }
 
+/// Arguments for an entry's parameters: entry k of each is `(k * 37) % 251`, converted
+/// to the parameter's dtype (so bytes above 128, and not all zero).
+fn sample_args(e: &Entry) -> Vec<Array> {
+    e.func
+        .graph
+        .params
+        .iter()
+        .map(|&v| {
+            let ty = e.func.ty(v);
+            let ints = (0..ty.numel() as i32).map(|k| (k * 37) % 251).collect();
+            let ints = Array::i32(ty.shape.clone(), ints);
+            Prim::Convert(Convert { to: ty.dtype }).rules().eval(&[&ints]).remove(0)
+        })
+        .collect()
+}
+
 /// Every test program under `tests/pass/`: the device agrees with the interpreter, and
-/// the results, as `podc run` prints them, are snapshotted.
+/// the results, as `podc run` prints them, are snapshotted. A `main` with parameters gets
+/// `sample_args`.
 #[test]
 fn pass_programs_agree() {
     insta::glob!("pass/*.pod", |path| {
         let e = entry(path);
-        let out = run_both(&e, &[]);
+        let out = run_both(&e, &sample_args(&e));
         insta::assert_snapshot!(show(&e.ret, &out));
     });
 }
