@@ -88,7 +88,9 @@ fn dir() -> &'static Path {
             let meta = json!({ "config": config, "updates": 1, "env_steps": 1000 });
             checkpoint::save(&p.join(name), &arrays, &meta).expect("save a checkpoint");
         };
-        let pole = |g: [f32; 4]| vec![("learner.w", Array::f32(vec![4, 2], vec![0.0; 8])), ("learner.g", Array::f32(vec![4], g.to_vec()))];
+        let pole = |g: [f32; 4]| {
+            vec![("learner.w", Array::f32(vec![4, 2], vec![0.0; 8])), ("learner.g", Array::f32(vec![4], g.to_vec()))]
+        };
         save("random", pole([0.0; 4]), "Pole", "gymnasium:CartPole-v1");
         save("balance", pole([0.0, 0.0, 1.0, 1.0]), "Pole", "gymnasium:CartPole-v1");
         let scalar = || vec![("learner", Array::f32(vec![], vec![0.0]))];
@@ -159,10 +161,10 @@ fn dark_rows(frame: &[u8], w: usize) -> Vec<usize> {
     frame.chunks(w * 4).enumerate().filter(|(_, row)| row.chunks(4).any(dark)).map(|(r, _)| r).collect()
 }
 
-/// The number of frames `podc play` says it wrote.
+/// The number of frames `podc play` says it wrote (`wrote FILE: N frames, ..`).
 fn frames_written(o: &Output) -> usize {
     let err = stderr(o);
-    let n = err.split(": ").nth(1).and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok());
+    let n = err.rsplit(".gif: ").next().and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok());
     n.unwrap_or_else(|| panic!("no `wrote FILE: N frames` in: {err}"))
 }
 
@@ -177,7 +179,10 @@ fn a_sebulba_run_is_evaluated_on_its_host_env() {
     let more = ["--updates-per-call", "2", "--total-steps", "1024", "--out", run_s];
     let o = podc(&[&train[..], &more[..]].concat(), Some(Backend::Gymnasium));
     assert!(o.status.success(), "{}", stderr(&o));
-    let v = json_of(&podc(&["eval", file, "--checkpoint", run_s, "--episodes", "7", "--envs", "3", "--json"], Some(Backend::Gymnasium)));
+    let v = json_of(&podc(
+        &["eval", file, "--checkpoint", run_s, "--episodes", "7", "--envs", "3", "--json"],
+        Some(Backend::Gymnasium),
+    ));
     assert_eq!((v["episodes"].as_u64(), v["env"].as_str()), (Some(7), Some("gymnasium:CartPole-v1")), "{v}");
     assert_eq!((v["agent"].as_str(), v["env_steps"].as_u64()), (Some("A2C"), Some(1024)), "{v}");
     // CartPole pays 1 a step: the returns are the lengths.
@@ -189,7 +194,8 @@ fn a_sebulba_run_is_evaluated_on_its_host_env() {
 #[test]
 fn eval_counts_exactly_the_episodes_asked_for_and_repeats_with_the_seed() {
     // 11 episodes over 4 envs: quotas of 3 and 2.
-    let args = ["eval", "pole.pod", "--checkpoint", "random", "--episodes", "11", "--envs", "4", "--seed", "5", "--json"];
+    let args =
+        ["eval", "pole.pod", "--checkpoint", "random", "--episodes", "11", "--envs", "4", "--seed", "5", "--json"];
     let v = json_of(&podc(&args, Some(Backend::Gymnasium)));
     assert_eq!((v["episodes"].as_u64(), v["policy"].as_str()), (Some(11), Some("sample")), "{v}");
     // Random pushes drop the pole within a few dozen steps.
@@ -198,11 +204,15 @@ fn eval_counts_exactly_the_episodes_asked_for_and_repeats_with_the_seed() {
     assert_eq!(v, json_of(&podc(&args, Some(Backend::Gymnasium))), "the same seed, the same episodes");
     // The balancing controller, greedy, on the same host env through EnvPool.
     for env in ["gymnasium:CartPole-v1", "envpool:CartPole-v1"] {
-        let args = ["eval", "pole.pod", "--checkpoint", "balance", "--episodes", "4", "--greedy", "--env", env, "--json"];
+        let args =
+            ["eval", "pole.pod", "--checkpoint", "balance", "--episodes", "4", "--greedy", "--env", env, "--json"];
         let backend = if env.starts_with("envpool") { Backend::EnvPool } else { Backend::Gymnasium };
         let backend = Some(backend);
         let v = json_of(&podc(&args, backend));
-        assert_eq!((v["episodes"].as_u64(), v["env"].as_str(), v["policy"].as_str()), (Some(4), Some(env), Some("greedy")));
+        assert_eq!(
+            (v["episodes"].as_u64(), v["env"].as_str(), v["policy"].as_str()),
+            (Some(4), Some(env), Some("greedy"))
+        );
         assert!(v["min_return"].as_f64().expect("min_return") >= 100.0, "{env}: {v}");
     }
 }
@@ -224,13 +234,18 @@ fn a_recurrent_agents_carry_starts_afresh_with_each_host_episode() {
 
 #[test]
 fn play_draws_cartpole_with_gymnasiums_own_frames() {
+    // The balancing controller's first episode of env 0 with seed 0 (one that
+    // `eval_counts_exactly..` sees last 100 steps or more), cut at 100 steps.
     let out = dir().join("pole.gif");
-    let o = podc(&["play", "pole.pod", "--checkpoint", "balance", "--greedy", "--out", out.to_str().expect("utf-8")], Some(Backend::Gymnasium));
+    let args = ["play", "pole.pod", "--checkpoint", "balance", "--greedy", "--out", out.to_str().expect("utf-8")];
+    let o = podc(
+        &[&args[..], &["--env", "gymnasium:CartPole-v1?max_episode_steps=100"]].concat(),
+        Some(Backend::Gymnasium),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains(": 101 frames, return 100.0000\n"), "{}", stderr(&o));
     let (w, h, fs) = frames(&out);
-    assert_eq!((w, h), (600, 400), "CartPole's own frame size");
-    assert_eq!(fs.len(), frames_written(&o));
-    assert!(fs.len() > 100, "the controller balances the pole: {} frames", fs.len());
+    assert_eq!((w, h, fs.len()), (600, 400, 101), "CartPole's own frame size; the reset state and 100 steps");
     for (t, f) in [(0, &fs[0]), (fs.len() - 1, &fs[fs.len() - 1])] {
         // The cart, a black box about 30 pixels tall, lies on the track (one black line)
         // around row 300; nothing else is dark.
@@ -257,7 +272,8 @@ fn play_draws_cartpole_through_envpool() {
 #[test]
 fn play_draws_pong_in_full_colour() {
     let out = dir().join("pong.gif");
-    let o = podc(&["play", "pong.pod", "--checkpoint", "pong", "--out", out.to_str().expect("utf-8")], Some(Backend::Ale));
+    let o =
+        podc(&["play", "pong.pod", "--checkpoint", "pong", "--out", out.to_str().expect("utf-8")], Some(Backend::Ale));
     assert!(o.status.success(), "{}", stderr(&o));
     let (w, h, fs) = frames(&out);
     assert_eq!((w, h, fs.len()), (320, 420, 41), "the reset screen and 40 steps");
@@ -284,9 +300,18 @@ fn host_envs_that_cannot_draw_or_do_not_match_are_clear_errors() {
         Some(Backend::Gymnasium),
     );
     assert_fails(&o, &["PodTest/Blind-v0", "rgb_array"]);
-    let o = podc(&["eval", "pole.pod", "--checkpoint", "random", "--env", "gymnasium:Acrobot-v1"], Some(Backend::Gymnasium));
-    assert_fails(&o, &["does not match", "observation: f32[4], action: discrete(2)", "observation: f32[6], action: discrete(3)"]);
-    let o = podc(&["play", "pole.pod", "--checkpoint", "random", "--env", "gym:CartPole-v1", "--out", gif], Some(Backend::Gymnasium));
+    let o = podc(
+        &["eval", "pole.pod", "--checkpoint", "random", "--env", "gymnasium:Acrobot-v1"],
+        Some(Backend::Gymnasium),
+    );
+    assert_fails(
+        &o,
+        &["does not match", "observation: f32[4], action: discrete(2)", "observation: f32[6], action: discrete(3)"],
+    );
+    let o = podc(
+        &["play", "pole.pod", "--checkpoint", "random", "--env", "gym:CartPole-v1", "--out", gif],
+        Some(Backend::Gymnasium),
+    );
     assert_fails(&o, &["unknown backend `gym`"]);
     let o = podc(&["play", "memo.pod", "--checkpoint", "memo", "--env", "pod:envs/catch.pod", "--out", gif], None);
     assert_fails(&o, &["`pod:envs/catch.pod`", "without `--env`"]);

@@ -4,6 +4,7 @@
 
 use super::train::sebulba::{own_env_uri, pod_load, same_file};
 use super::{Failure, SourceArgs, load};
+use crate::array::Array;
 use crate::diag::emit_stderr;
 use crate::driver::LoadOptions;
 use crate::elab::agent::{PolicyFuncs, agent_names, build_policy};
@@ -82,7 +83,7 @@ struct Loaded {
 /// Where the agent's episodes run.
 enum Env {
     /// The agent's own `.pod` env, compiled with the policy into one program.
-    Pod(EnvFuncs),
+    Pod(Box<EnvFuncs>),
     /// A host env, stepped as the Sebulba actors step it.
     Host { uri: String, opts: host::Options },
 }
@@ -113,7 +114,7 @@ fn choose_env(
         _ => None,
     };
     let Some(uri) = uri else {
-        return build_env(prog, name).map(Env::Pod).map_err(|d| {
+        return build_env(prog, name).map(|e| Env::Pod(Box::new(e))).map_err(|d| {
             emit_stderr(&prog.map, &[*d]);
             Failure::Reported
         });
@@ -237,6 +238,9 @@ fn which(a: &TrainedArgs, policy: &PolicyFuncs) -> Result<Policy, Failure> {
     }
 }
 
+/// Runs the episodes of a learner.
+type EpisodesOf<'a> = Box<dyn FnMut(&[Array]) -> Result<Episodes, String> + 'a>;
+
 /// `podc eval AGENT.pod --checkpoint DIR`.
 pub fn evaluate(
     file: &Path,
@@ -252,7 +256,7 @@ pub fn evaluate(
     let episodes = flags.episodes as usize;
     let envs = flags.envs.map_or(episodes.min(1024), |e| e as usize).min(episodes);
     let client = super::open_runtime(plugin, None)?;
-    let mut run: Box<dyn FnMut(&[crate::array::Array]) -> Result<Episodes, String>> = match &l.env {
+    let mut run: EpisodesOf = match &l.env {
         Env::Pod(env) => {
             let ev = Evaluator::new(&client, &l.prog, (&l.policy, env), which, envs, CHUNK)?;
             Box::new(move |learner| ev.run(learner, episodes, a.seed))
@@ -361,7 +365,7 @@ pub fn play_gif(
             let mut env = open_host(uri, opts, &l.policy, 1, true, &client)?;
             let p = HostPolicy::new(&client, &l.prog, &l.policy, l.which, 1)?;
             let mut gif = None;
-            let mut frame = |f: crate::array::Array| match &mut gif {
+            let mut frame = |f: Array| match &mut gif {
                 None => crate::animation::Gif::create(out, &f, fps).and_then(|g| gif.insert(g).push(&f)),
                 Some(g) => g.push(&f),
             };
