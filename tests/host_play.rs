@@ -69,7 +69,8 @@ fn root() -> &'static Path {
 
 /// A directory with the agents above, `envs/catch.pod`, and checkpoints written as a
 /// Sebulba run writes them: `random` (Pole with zero weights: uniformly random actions)
-/// and `balance` (Pole's balancing `g`), both of a run on `gymnasium:CartPole-v1`;
+/// and `balance` (Pole's balancing `g`), both of a run on `gymnasium:CartPole-v1`, and
+/// `unnamed` (of a run that names no env);
 /// `pong` (Still, of a run on `ale:Pong?max_episode_steps=40`); `memo` (Memo, of a run
 /// on its own env through `pod:`, the URI `podc train --arch sebulba` records).
 fn dir() -> &'static Path {
@@ -92,6 +93,9 @@ fn dir() -> &'static Path {
             vec![("learner.w", Array::f32(vec![4, 2], vec![0.0; 8])), ("learner.g", Array::f32(vec![4], g.to_vec()))]
         };
         save("random", pole([0.0; 4]), "Pole", "gymnasium:CartPole-v1");
+        let config = json!({ "agent": "Pole", "seed": 0 });
+        let arrays: Vec<(String, Array)> = pole([0.0; 4]).into_iter().map(|(n, a)| (n.to_string(), a)).collect();
+        checkpoint::save(&p.join("unnamed"), &arrays, &json!({ "config": config })).expect("save a checkpoint");
         save("balance", pole([0.0, 0.0, 1.0, 1.0]), "Pole", "gymnasium:CartPole-v1");
         let scalar = || vec![("learner", Array::f32(vec![], vec![0.0]))];
         save("pong", scalar(), "Still", "ale:Pong?max_episode_steps=40");
@@ -308,6 +312,8 @@ fn host_envs_that_cannot_draw_or_do_not_match_are_clear_errors() {
         &o,
         &["does not match", "observation: f32[4], action: discrete(2)", "observation: f32[6], action: discrete(3)"],
     );
+    let o = podc(&["eval", "pole.pod", "--checkpoint", "unnamed"], None);
+    assert_fails(&o, &["env `CartPoleV1` is `extern` and the checkpoint names no host env", "`--env URI`"]);
     let o = podc(
         &["play", "pole.pod", "--checkpoint", "random", "--env", "gym:CartPole-v1", "--out", gif],
         Some(Backend::Gymnasium),

@@ -114,6 +114,12 @@ fn choose_env(
         _ => None,
     };
     let Some(uri) = uri else {
+        if own_env_uri(prog, name).is_none() {
+            return Err(Failure::Message(format!(
+                "env `{name}` is `extern` and the checkpoint names no host env: run agent `{}` on one with `--env URI`",
+                policy.info.name
+            )));
+        }
         return build_env(prog, name).map(|e| Env::Pod(Box::new(e))).map_err(|d| {
             emit_stderr(&prog.map, &[*d]);
             Failure::Reported
