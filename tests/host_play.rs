@@ -69,10 +69,10 @@ fn root() -> &'static Path {
 
 /// A directory with the agents above, `envs/catch.pod`, and checkpoints written as a
 /// Sebulba run writes them: `random` (Pole with zero weights: uniformly random actions)
-/// and `balance` (Pole's balancing `g`), both of a run on `gymnasium:CartPole-v1`, and
-/// `unnamed` (of a run that names no env);
-/// `pong` (Still, of a run on `ale:Pong?max_episode_steps=40`); `memo` (Memo, of a run
-/// on its own env through `pod:`, the URI `podc train --arch sebulba` records).
+/// and `balance` (Pole's balancing `g`), both of a run on `gymnasium:CartPole-v1`;
+/// `unnamed` (Pole, of a run that names no env); `pong` (Still, of a run on
+/// `ale:Pong?max_episode_steps=40`); `memo` (Memo, of a run on its own env through
+/// `pod:`, the URI `podc train --arch sebulba` records).
 fn dir() -> &'static Path {
     static DIR: OnceLock<TempDir> = OnceLock::new();
     DIR.get_or_init(|| {
