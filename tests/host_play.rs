@@ -4,6 +4,7 @@
 //! starts afresh with each episode, and `podc play` writes the host env's own frames
 //! (Gymnasium's `rgb_array`, EnvPool's, the ALE's full-colour screen) as a GIF, decoded
 //! and checked here. Envs that cannot draw, and envs of other spaces, are clear errors.
+//! The EnvPool test is ignored (its first run installs EnvPool).
 //!
 //! The Python tests use the cache venv made by podc's own code (as tests/host.rs does),
 //! with pygame for Gymnasium's drawing, whatever `PODC_PYTHON` or `VIRTUAL_ENV` say.
@@ -206,19 +207,20 @@ fn eval_counts_exactly_the_episodes_asked_for_and_repeats_with_the_seed() {
     let mean = v["mean_return"].as_f64().expect("mean_return");
     assert!((8.0..60.0).contains(&mean) && v["mean_return"] == v["mean_length"], "{v}");
     assert_eq!(v, json_of(&podc(&args, Some(Backend::Gymnasium))), "the same seed, the same episodes");
-    // The balancing controller, greedy, on the same host env through EnvPool.
-    for env in ["gymnasium:CartPole-v1", "envpool:CartPole-v1"] {
-        let args =
-            ["eval", "pole.pod", "--checkpoint", "balance", "--episodes", "4", "--greedy", "--env", env, "--json"];
-        let backend = if env.starts_with("envpool") { Backend::EnvPool } else { Backend::Gymnasium };
-        let backend = Some(backend);
-        let v = json_of(&podc(&args, backend));
-        assert_eq!(
-            (v["episodes"].as_u64(), v["env"].as_str(), v["policy"].as_str()),
-            (Some(4), Some(env), Some("greedy"))
-        );
-        assert!(v["min_return"].as_f64().expect("min_return") >= 100.0, "{env}: {v}");
-    }
+    // The balancing controller, greedy, on the same host env named with `--env`.
+    let v = json_of(&podc(&balanced("gymnasium:CartPole-v1"), Some(Backend::Gymnasium)));
+    assert_balanced(&v, "gymnasium:CartPole-v1");
+}
+
+/// `podc eval` of the balancing controller, greedy, on `env`.
+fn balanced(env: &str) -> Vec<&str> {
+    vec!["eval", "pole.pod", "--checkpoint", "balance", "--episodes", "4", "--greedy", "--env", env, "--json"]
+}
+
+fn assert_balanced(v: &Value, env: &str) {
+    let got = (v["episodes"].as_u64(), v["env"].as_str(), v["policy"].as_str());
+    assert_eq!(got, (Some(4), Some(env), Some("greedy")), "{v}");
+    assert!(v["min_return"].as_f64().expect("min_return") >= 100.0, "{env}: {v}");
 }
 
 #[test]
@@ -259,8 +261,13 @@ fn play_draws_cartpole_with_gymnasiums_own_frames() {
     assert_ne!(fs[0], fs[fs.len() - 1], "the episode moves");
 }
 
+/// Ignored because its first run installs EnvPool (~850 MB) into the cache venv, as
+/// tests/host.rs's EnvPool test: `cargo test --test host_play -- --ignored envpool`.
 #[test]
-fn play_draws_cartpole_through_envpool() {
+#[ignore]
+fn eval_and_play_cartpole_through_envpool() {
+    let v = json_of(&podc(&balanced("envpool:CartPole-v1"), Some(Backend::EnvPool)));
+    assert_balanced(&v, "envpool:CartPole-v1");
     let out = dir().join("envpool.gif");
     let args = ["play", "pole.pod", "--checkpoint", "random", "--env", "envpool:CartPole-v1", "--out"];
     let o = podc(&[&args[..], &[out.to_str().expect("utf-8")]].concat(), Some(Backend::EnvPool));
