@@ -61,13 +61,16 @@ pub struct EvalFlags {
     /// Whole episodes to run (for each training seed).
     #[arg(long, default_value_t = 100, requires = "checkpoint", value_parser = clap::value_parser!(u64).range(1..))]
     pub episodes: u64,
-    /// Environments stepped at once (default: `--episodes`, at most 1024).
+    /// Environments stepped at once (default: `--episodes`, at most 1024; 64 on a host env).
     #[arg(long, requires = "checkpoint", value_parser = clap::value_parser!(u64).range(1..))]
     pub envs: Option<u64>,
 }
 
 /// Steps per call of the evaluation program; the last call may run past the last episode.
 const CHUNK: usize = 16;
+
+/// The most host envs `podc eval` steps at once unless `--envs` says.
+const HOST_ENVS: usize = 64;
 
 /// The trained agent: the program (with the run's overrides), its policy and env, which
 /// of its functions acts, the learners to look at, and the checkpoint's meta.
@@ -260,7 +263,9 @@ pub fn evaluate(
     let l = open(file, source, a, dir)?;
     let which = l.which;
     let episodes = flags.episodes as usize;
-    let envs = flags.envs.map_or(episodes.min(1024), |e| e as usize).min(episodes);
+    // Host envs are heavier (an Atari env holds an emulator and its frames).
+    let most = if matches!(l.env, Env::Host { .. }) { HOST_ENVS } else { 1024 };
+    let envs = flags.envs.map_or(episodes.min(most), |e| e as usize).min(episodes);
     let client = super::open_runtime(plugin, None)?;
     let mut run: EpisodesOf = match &l.env {
         Env::Pod(env) => {

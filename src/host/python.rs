@@ -7,7 +7,8 @@
 //! 4. the cache (`PODC_CACHE`, else `~/.cache/podracer`, as for the PJRT plugin): a venv
 //!    with pinned versions of the backend's packages, made with `python3 -m venv` and pip on
 //!    first use, and announced on stderr. EnvPool is added to it only when an `envpool:`
-//!    env is first used (it is large: ~850 MB with its assets), ale-py when an `ale:` env is.
+//!    env is first used (it is large: ~850 MB with its assets), ale-py when an `ale:` env is,
+//!    pygame when a `gymnasium:` env is first drawn (`podc play`).
 //!
 //! A Python from 1-3 is used as it is: when it lacks a package, the worker says so at
 //! start-up and the error gives the exact pip command ([`missing_package`]).
