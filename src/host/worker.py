@@ -14,8 +14,8 @@ podc ships this file inside its binary and runs it as
   shared memory. A worker started with "render" (`podc play`) also takes b"F": it
   answers b"f", a JSON line {"shape": [H, W, 3]} and the H*W*3 bytes of env 0's RGB
   frame where the last reset or step left it (a step's frame is drawn before its
-  auto-reset, so an episode's last state is seen). End of file on the socket (podc closed it, or died) ends the worker, and
-  so does podc's death (PR_SET_PDEATHSIG). An exception prints its traceback to stderr
+  auto-reset, so an episode's last state is seen). End of file on the socket (podc
+  closed it, or died) ends the worker, and so does podc's death (PR_SET_PDEATHSIG). An exception prints its traceback to stderr
   and exits, which podc sees as end of file.
 """
 
