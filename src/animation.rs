@@ -93,17 +93,23 @@ fn scaled(x: &[u8], h: usize, w: usize, k: usize) -> Vec<u8> {
 fn indexed(width: u16, height: u16, rgb: &[u8]) -> Option<gif::Frame<'static>> {
     let (mut palette, mut seen) = (vec![], std::collections::HashMap::new());
     let mut index = Vec::with_capacity(rgb.len() / 3);
+    // Drawn frames are mostly runs of one colour: the last pixel's index spares most lookups.
+    let mut last = None;
     for px in rgb.chunks(3) {
         let c = [px[0], px[1], px[2]];
-        let i = match seen.get(&c) {
-            Some(&i) => i,
-            None if palette.len() < 256 => {
-                palette.push(c);
-                seen.insert(c, palette.len() - 1);
-                palette.len() - 1
-            }
-            None => return None,
+        let i = match last {
+            Some((l, i)) if l == c => i,
+            _ => match seen.get(&c) {
+                Some(&i) => i,
+                None if palette.len() < 256 => {
+                    palette.push(c);
+                    seen.insert(c, palette.len() - 1);
+                    palette.len() - 1
+                }
+                None => return None,
+            },
         };
+        last = Some((c, i));
         index.push(i as u8);
     }
     let flat: Vec<u8> = palette.concat();
