@@ -302,15 +302,15 @@ fn host_envs_that_cannot_draw_or_do_not_match_are_clear_errors() {
     let gif = dir().join("never.gif");
     let gif = gif.to_str().expect("utf-8");
     let blind = root().join("tests/fixtures/host/blind_envs.py");
-    let o = podc(
-        &["play", "pole.pod", "--checkpoint", "random", "--env", "gymnasium:PodTest/Blind-v0", "--out", gif]
-            .iter()
-            .copied()
-            .chain(["--env-import", blind.to_str().expect("utf-8")])
-            .collect::<Vec<_>>(),
-        Some(Backend::Gymnasium),
-    );
-    assert_fails(&o, &["PodTest/Blind-v0", "rgb_array"]);
+    for (id, needles) in [
+        ("Blind-v0", ["`PodTest/Blind-v0` has no `rgb_array` rendering", "its render modes: []"]),
+        ("Gray-v0", ["`gymnasium:PodTest/Gray-v0` cannot draw frames", "uint8 (40, 60), not uint8 (H, W, 3) RGB"]),
+    ] {
+        let env = format!("gymnasium:PodTest/{id}");
+        let args = ["play", "pole.pod", "--checkpoint", "random", "--env", &env, "--out", gif, "--env-import"];
+        let o = podc(&[&args[..], &[blind.to_str().expect("utf-8")]].concat(), Some(Backend::Gymnasium));
+        assert_fails(&o, &needles);
+    }
     let o = podc(
         &["eval", "pole.pod", "--checkpoint", "random", "--env", "gymnasium:Acrobot-v1"],
         Some(Backend::Gymnasium),

@@ -105,6 +105,14 @@ def render_error(e, what):
     return {"error": "make", "message": f"{what} cannot draw frames: {type(e).__name__}: {e}"}
 
 
+def as_frame(np, frame):
+    """A drawn frame as podc takes it: uint8 RGB, (H, W, 3), contiguous."""
+    frame = np.asarray(frame)
+    if frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
+        raise ValueError(f"it draws frames of {frame.dtype} {frame.shape}, not uint8 (H, W, 3) RGB")
+    return np.ascontiguousarray(frame)
+
+
 def drawing(gym):
     """A wrapper for gymnasium.make_vec's sub-envs that draws each one's frame after its
     reset and after its step, before the vector env's auto-reset (`podc play`)."""
@@ -155,6 +163,7 @@ class Gymnasium:
     def probe(self):
         """Draws once, so that an env that cannot fails at start-up."""
         self.envs.reset(seed=0)
+        as_frame(self.np, self.frame())
 
     def frame(self):
         env = self.envs.envs[0]
@@ -245,7 +254,7 @@ class EnvPool:
         env = self.make(self.seed)
         try:
             env.reset()
-            env.render(env_ids=[0])
+            as_frame(self.np, env.render(env_ids=[0])[0])
         except Exception as e:
             raise ValueError(
                 f"EnvPool {self.envpool.__version__} cannot draw `{self.id}` ({type(e).__name__}: {e}); "
@@ -472,6 +481,10 @@ def main():
         send_line({"error": "make", "message": f"{type(e).__name__}: {e}"})
         return
     if render:
+        # Some renderers abort the process (MuJoCo without an OpenGL context): this line
+        # then heads the stderr tail that podc reports.
+        print(f"podc worker: drawing `{backend}:{config['id']}` once to check that it can be drawn",
+              file=sys.stderr, flush=True)
         try:
             env.probe()
         except Exception as e:
@@ -521,9 +534,7 @@ def main():
             truncated[:] = False
             chan.sendall(b"r")
         elif cmd == b"F" and render:
-            frame = np.ascontiguousarray(env.frame(), dtype=np.uint8)
-            if frame.ndim != 3 or frame.shape[2] != 3:
-                raise ValueError(f"a frame of shape {frame.shape}, not (H, W, 3)")
+            frame = as_frame(np, env.frame())
             header = json.dumps({"shape": list(frame.shape)}) + "\n"
             chan.sendall(b"f" + header.encode() + frame.tobytes())
         else:  # end of file (podc is gone or done with us), or b"Q"
