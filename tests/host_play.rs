@@ -73,7 +73,8 @@ fn root() -> &'static Path {
 /// and `balance` (Pole's balancing `g`), both of a run on `gymnasium:CartPole-v1`;
 /// `unnamed` (Pole, of a run that names no env); `pong` (Still, of a run on
 /// `ale:Pong?max_episode_steps=40`); `memo` (Memo, of a run on its own env through
-/// `pod:`, the URI `podc train --arch sebulba` records).
+/// `pod:`, the URI `podc train --arch sebulba` records, here of a run in another
+/// directory).
 fn dir() -> &'static Path {
     static DIR: OnceLock<TempDir> = OnceLock::new();
     DIR.get_or_init(|| {
@@ -100,7 +101,7 @@ fn dir() -> &'static Path {
         save("balance", pole([0.0, 0.0, 1.0, 1.0]), "Pole", "gymnasium:CartPole-v1");
         let scalar = || vec![("learner", Array::f32(vec![], vec![0.0]))];
         save("pong", scalar(), "Still", "ale:Pong?max_episode_steps=40");
-        save("memo", scalar(), "Memo", "pod:envs/catch.pod?env=Catch");
+        save("memo", scalar(), "Memo", "pod:examples/envs/catch.pod?env=Catch");
         dir
     })
     .path()

@@ -10,7 +10,7 @@ use crate::driver::LoadOptions;
 use crate::elab::agent::{PolicyFuncs, agent_names, build_policy};
 use crate::elab::env::{EnvFuncs, build_env};
 use crate::elab::episodes::Policy;
-use crate::host::{self, Backend, EnvUri, HostEnv};
+use crate::host::{self, Backend, EnvUri, HostEnv, KwValue};
 use crate::resolve::Program;
 use crate::train::checkpoint;
 use crate::train::eval::{Episodes, Evaluator, HostPolicy, Summary, Trained, host_episodes, host_play, learners, play};
@@ -136,16 +136,15 @@ fn choose_env(
     Ok(Env::Host { uri, opts: o })
 }
 
-/// Whether `uri` is `pod:` of the program's own `.pod` env `name` (the URI `podc train`
-/// records when it steps the agent's own env on the host).
+/// Whether `uri` is `pod:` of the program's own `.pod` env `name`, as `podc train` records
+/// it when it steps the agent's own env on the host: `?env=NAME` names it (the file's path
+/// is relative to where the run was, so not compared), or, without `?env`, the file is
+/// the env's own.
 fn is_own_env(uri: &str, prog: &Program, name: &str) -> bool {
-    let own = own_env_uri(prog, name).and_then(|u| EnvUri::parse(&u).ok());
-    match (EnvUri::parse(uri), own) {
-        (Ok(u), Some(own)) => {
-            u.backend == Backend::Pod
-                && u.kwargs == own.kwargs
-                && (u.id == own.id || same_file(Path::new(&u.id), Path::new(&own.id)))
-        }
+    let (Ok(u), Some(own)) = (EnvUri::parse(uri), own_env_uri(prog, name)) else { return false };
+    match (u.backend, u.kwargs.as_slice()) {
+        (Backend::Pod, [(k, KwValue::Str(env))]) => k == "env" && env == name,
+        (Backend::Pod, []) => EnvUri::parse(&own).is_ok_and(|o| same_file(Path::new(&u.id), Path::new(&o.id))),
         _ => false,
     }
 }
