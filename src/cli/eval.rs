@@ -1,14 +1,21 @@
 //! `podc eval AGENT.pod --checkpoint DIR` and `podc play`: a trained agent's returns over
-//! many episodes, and one episode as an animated GIF.
+//! many episodes, and one episode as an animated GIF, on the agent's `.pod` env or on a
+//! host env: the one a `podc train --env URI` run trained on, or `--env URI`.
 
+use super::train::sebulba::{own_env_uri, pod_load, same_file};
 use super::{Failure, SourceArgs, load};
+use crate::array::Array;
 use crate::diag::emit_stderr;
+use crate::driver::LoadOptions;
 use crate::elab::agent::{PolicyFuncs, agent_names, build_policy};
 use crate::elab::env::{EnvFuncs, build_env};
 use crate::elab::episodes::Policy;
+use crate::host::{self, Backend, EnvUri, HostEnv, KwValue};
 use crate::resolve::Program;
 use crate::train::checkpoint;
-use crate::train::eval::{Evaluator, Summary, Trained, learners, play};
+use crate::train::eval::{Episodes, Evaluator, HostPolicy, Summary, Trained, host_episodes, host_play, learners, play};
+use crate::train::sebulba::actor::check_spec;
+use crate::train::sebulba::agent_spec;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -28,9 +35,22 @@ pub struct TrainedArgs {
     /// For a `--seeds N` run: the learner of this training seed only (default: each).
     #[arg(long, value_name = "S", requires = "checkpoint")]
     pub train_seed: Option<i64>,
-    /// The environments' and the policy's keys come from `key(seed)`.
+    /// The environments' and the policy's keys come from `key(seed)` (host envs are
+    /// seeded `seed + i`, as Gymnasium's vector envs).
     #[arg(long, default_value_t = 0, requires = "checkpoint")]
     pub seed: i64,
+    /// Run the agent on this host env: `gymnasium:ID[?k=v&..]`, `envpool:ID[?..]`,
+    /// `ale:GAME[?..]` or `pod:FILE.pod[?env=NAME]`, checked against the agent's env
+    /// (default: the host env of a `podc train --env` run, else the agent's `.pod` env).
+    #[arg(long, value_name = "URI", requires = "checkpoint")]
+    pub env: Option<String>,
+    /// The Python for host env workers (else `PODC_PYTHON`, else `$VIRTUAL_ENV`, else
+    /// podc's own venv in its cache).
+    #[arg(long, value_name = "PATH", requires = "checkpoint")]
+    pub python: Option<PathBuf>,
+    /// A module the host env workers import before making their envs (as `podc train`'s).
+    #[arg(long = "env-import", value_name = "MODULE", requires = "checkpoint")]
+    pub env_import: Vec<String>,
 }
 
 /// `podc eval`'s flags for an agent.
@@ -41,7 +61,7 @@ pub struct EvalFlags {
     /// Whole episodes to run (for each training seed).
     #[arg(long, default_value_t = 100, requires = "checkpoint", value_parser = clap::value_parser!(u64).range(1..))]
     pub episodes: u64,
-    /// Environments stepped at once (default: `--episodes`, at most 1024).
+    /// Environments stepped at once (default: `--episodes`, at most 1024; 64 on a host env).
     #[arg(long, requires = "checkpoint", value_parser = clap::value_parser!(u64).range(1..))]
     pub envs: Option<u64>,
 }
@@ -49,15 +69,102 @@ pub struct EvalFlags {
 /// Steps per call of the evaluation program; the last call may run past the last episode.
 const CHUNK: usize = 16;
 
+/// The most host envs `podc eval` steps at once unless `--envs` says.
+const HOST_ENVS: usize = 64;
+
 /// The trained agent: the program (with the run's overrides), its policy and env, which
 /// of its functions acts, the learners to look at, and the checkpoint's meta.
 struct Loaded {
     prog: Program,
     policy: PolicyFuncs,
-    env: EnvFuncs,
+    env: Env,
     which: Policy,
     learners: Vec<Trained>,
     meta: Value,
+}
+
+/// Where the agent's episodes run.
+enum Env {
+    /// The agent's own `.pod` env, compiled with the policy into one program.
+    Pod(Box<EnvFuncs>),
+    /// A host env, stepped as the Sebulba actors step it.
+    Host { uri: String, opts: host::Options },
+}
+
+impl Env {
+    fn name(&self) -> &str {
+        match self {
+            Env::Pod(e) => &e.info.name,
+            Env::Host { uri, .. } => uri,
+        }
+    }
+}
+
+/// `--env`, else the host env a Sebulba run trained on unless it is the agent's own
+/// `.pod` env (which then runs on the device, and `play` draws with its `render`).
+fn choose_env(
+    file: &Path,
+    opts: &LoadOptions,
+    a: &TrainedArgs,
+    config: &Value,
+    prog: &Program,
+    policy: &PolicyFuncs,
+) -> Result<Env, Failure> {
+    let name = &policy.info.env.name;
+    let uri = match (&a.env, config["env"].as_str()) {
+        (Some(uri), _) => Some(uri.clone()),
+        (None, Some(uri)) if !is_own_env(uri, prog, name) => Some(uri.to_string()),
+        _ => None,
+    };
+    let Some(uri) = uri else {
+        if own_env_uri(prog, name).is_none() {
+            return Err(Failure::Message(format!(
+                "env `{name}` is `extern` and the checkpoint names no host env: run agent `{}` on one with `--env URI`",
+                policy.info.name
+            )));
+        }
+        return build_env(prog, name).map(|e| Env::Pod(Box::new(e))).map_err(|d| {
+            emit_stderr(&prog.map, &[*d]);
+            Failure::Reported
+        });
+    };
+    EnvUri::parse(&uri)?;
+    let mut o = host::Options::new(1);
+    o.python = a.python.clone();
+    o.env_import = a.env_import.clone();
+    o.load = pod_load(&uri, file, opts);
+    Ok(Env::Host { uri, opts: o })
+}
+
+/// Whether `uri` is `pod:` of the program's own `.pod` env `name`, as `podc train` records
+/// it when it steps the agent's own env on the host: `?env=NAME` names it (the file's path
+/// is relative to where the run was, so not compared), or, without `?env`, the file is
+/// the env's own.
+fn is_own_env(uri: &str, prog: &Program, name: &str) -> bool {
+    let (Ok(u), Some(own)) = (EnvUri::parse(uri), own_env_uri(prog, name)) else { return false };
+    match (u.backend, u.kwargs.as_slice()) {
+        (Backend::Pod, [(k, KwValue::Str(env))]) => k == "env" && env == name,
+        (Backend::Pod, []) => EnvUri::parse(&own).is_ok_and(|o| same_file(Path::new(&u.id), Path::new(&o.id))),
+        _ => false,
+    }
+}
+
+/// Opens the host env `uri` for `num_envs` envs and checks it against the agent's env
+/// as `podc train` does.
+fn open_host(
+    uri: &str,
+    opts: &host::Options,
+    policy: &PolicyFuncs,
+    num_envs: usize,
+    render: bool,
+    client: &crate::runtime::Client,
+) -> Result<Box<dyn HostEnv>, Failure> {
+    let mut opts = opts.clone();
+    opts.num_envs = num_envs;
+    opts.render = render;
+    let env = host::open(uri, &opts, Some(client))?;
+    check_spec(&agent_spec(&policy.info)?, env.spec(), uri)?;
+    Ok(env)
 }
 
 fn open(file: &Path, source: &SourceArgs, a: &TrainedArgs, dir: &Path) -> Result<Loaded, Failure> {
@@ -97,7 +204,7 @@ fn open(file: &Path, source: &SourceArgs, a: &TrainedArgs, dir: &Path) -> Result
         Failure::Reported
     };
     let policy = build_policy(&prog, &agent).map_err(reported)?;
-    let env = build_env(&prog, &policy.info.env.name).map_err(reported)?;
+    let env = choose_env(file, &opts, a, config, &prog, &policy)?;
     let which = which(a, &policy)?;
     let mut learners =
         learners(&arrays, config, &policy).map_err(|m| format!("`--checkpoint {}`: {m}", dir.display()))?;
@@ -139,6 +246,9 @@ fn which(a: &TrainedArgs, policy: &PolicyFuncs) -> Result<Policy, Failure> {
     }
 }
 
+/// Runs the episodes of a learner.
+type EpisodesOf<'a> = Box<dyn FnMut(&[Array]) -> Result<Episodes, String> + 'a>;
+
 /// `podc eval AGENT.pod --checkpoint DIR`.
 pub fn evaluate(
     file: &Path,
@@ -152,13 +262,25 @@ pub fn evaluate(
     let l = open(file, source, a, dir)?;
     let which = l.which;
     let episodes = flags.episodes as usize;
-    let envs = flags.envs.map_or(episodes.min(1024), |e| e as usize).min(episodes);
+    // Host envs are heavier (an Atari env holds an emulator and its frames).
+    let most = if matches!(l.env, Env::Host { .. }) { HOST_ENVS } else { 1024 };
+    let envs = flags.envs.map_or(episodes.min(most), |e| e as usize).min(episodes);
     let client = super::open_runtime(plugin, None)?;
-    let ev = Evaluator::new(&client, &l.prog, (&l.policy, &l.env), which, envs, CHUNK)?;
+    let mut run: EpisodesOf = match &l.env {
+        Env::Pod(env) => {
+            let ev = Evaluator::new(&client, &l.prog, (&l.policy, env), which, envs, CHUNK)?;
+            Box::new(move |learner| ev.run(learner, episodes, a.seed))
+        }
+        Env::Host { uri, opts } => {
+            let mut env = open_host(uri, opts, &l.policy, envs, false, &client)?;
+            let p = HostPolicy::new(&client, &l.prog, &l.policy, which, envs)?;
+            Box::new(move |learner| host_episodes(&p, env.as_mut(), learner, episodes, a.seed, uri))
+        }
+    };
     let mut per_seed = vec![];
-    let mut all = crate::train::eval::Episodes::default();
+    let mut all = Episodes::default();
     for t in &l.learners {
-        let e = ev.run(&t.learner, episodes, a.seed)?;
+        let e = run(&t.learner)?;
         per_seed.push((t.seed, Summary::of(&e)));
         all.returns.extend(e.returns);
         all.lengths.extend(e.lengths);
@@ -172,7 +294,7 @@ pub fn evaluate(
     if json {
         let mut out = json!({
             "agent": l.policy.info.name,
-            "env": l.env.info.name,
+            "env": l.env.name(),
             "checkpoint": dir.display().to_string(),
             "env_steps": l.meta["env_steps"],
             "policy": policy,
@@ -199,7 +321,7 @@ pub fn evaluate(
         println!(
             "`{}` on `{}` ({}{steps}), {policy} actions, {episodes} episodes per seed:",
             l.policy.info.name,
-            l.env.info.name,
+            l.env.name(),
             dir.display()
         );
         if several {
@@ -224,7 +346,9 @@ pub fn play_gif(
 ) -> Result<(), Failure> {
     let dir = a.checkpoint.as_deref().expect("`podc play` requires `--checkpoint`");
     let l = open(file, source, a, dir)?;
-    needs_render(&l.env)?;
+    if let Env::Pod(env) = &l.env {
+        needs_render(env)?;
+    }
     let [t, ..] = &l.learners[..] else { unreachable!("a checkpoint has a learner") };
     if l.learners.len() > 1 && a.train_seed.is_none() {
         eprintln!(
@@ -235,10 +359,32 @@ pub fn play_gif(
     }
     let client = super::open_runtime(plugin, None)?;
     let max = PLAY_MAX_STEPS;
-    let p = play(&client, &l.prog, (&l.policy, &l.env), l.which, &t.learner, a.seed, max)?;
-    crate::animation::write(out, &p.frames, fps)?;
-    let end = if p.ended { String::new() } else { format!(" (stopped after {max} steps; the episode goes on)") };
-    eprintln!("wrote {}: {} frames, return {:.4}{end}", out.display(), p.frames.len(), p.episode_return);
+    let (frames, episode_return, ended) = match &l.env {
+        Env::Pod(env) => {
+            let p = play(&client, &l.prog, (&l.policy, env), l.which, &t.learner, a.seed, max)?;
+            crate::animation::write(out, &p.frames, fps)?;
+            (p.frames.len(), p.episode_return, p.ended)
+        }
+        Env::Host { uri, opts } => {
+            if EnvUri::parse(uri)?.backend == Backend::Pod {
+                return Err(Failure::Message(format!(
+                    "`{uri}`: `podc play` draws a `.pod` env with its `render` when it is the agent's own env, \
+                     not through `pod:`; play the agent on its own env (without `--env`)"
+                )));
+            }
+            let mut env = open_host(uri, opts, &l.policy, 1, true, &client)?;
+            let p = HostPolicy::new(&client, &l.prog, &l.policy, l.which, 1)?;
+            let mut gif = None;
+            let mut frame = |f: Array| match &mut gif {
+                None => crate::animation::Gif::create(out, &f, fps).and_then(|g| gif.insert(g).push(&f)),
+                Some(g) => g.push(&f),
+            };
+            let p = host_play(&p, env.as_mut(), &t.learner, a.seed, max, &mut frame)?;
+            (p.frames, p.episode_return, p.ended)
+        }
+    };
+    let end = if ended { String::new() } else { format!(" (stopped after {max} steps; the episode goes on)") };
+    eprintln!("wrote {}: {frames} frames, return {episode_return:.4}{end}", out.display());
     Ok(())
 }
 

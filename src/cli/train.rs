@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-mod sebulba;
+pub(super) mod sebulba;
 
 /// `podc train`'s default `--envs` and `--updates-per-call`.
 pub const DEFAULT_ENVS: usize = 32;

@@ -13,6 +13,10 @@
 //!   auto-reset, so the state an episode ends in is rendered too) and renders where it
 //!   ends. The host keeps the time limit.
 //!
+//! - Host envs: `host_act(key, learner.., carry.., obs)` acts for a batch of
+//!   environments stepped on the host (`host::HostEnv`); the host resets the carry where
+//!   episodes end.
+//!
 //! The evaluation state is the environments' states, step counters and observations,
 //! the carries, and the PRNG key; it comes first among the parameters so that a call's
 //! state buffers can be donated to the next.
@@ -229,4 +233,23 @@ pub fn play_step(prog: &Program, policy: &PolicyFuncs, env: &EnvFuncs, which: Po
     results.extend(frame);
     let params = state.into_iter().chain(learner).collect();
     cx.finish_internal("play_step", params, results)
+}
+
+/// `host_act(key, learner.., carry.., obs) -> (key, action, carry..)` for `envs`
+/// environments stepped on the host: the carry and the observation `[envs, ..]`, the
+/// action `[envs, ..]` of the env's action type.
+pub fn host_act(prog: &Program, policy: &PolicyFuncs, which: Policy, envs: usize) -> Func {
+    let mut cx = builder(prog);
+    let key = cx.param(super::random::key_ty());
+    let learner = fresh_params(&mut cx, &learner_types(policy));
+    let batched = |t: &ArrayTy| ArrayTy::new(t.dtype, std::iter::once(envs).chain(t.shape.iter().copied()).collect());
+    let n = policy.learner_len();
+    let tys: Vec<ArrayTy> = policy.act.param_types()[n..n + policy.carry_len() + 1].iter().map(batched).collect();
+    let mut inputs = fresh_params(&mut cx, &tys);
+    let obs = inputs.pop().expect("the observation");
+    let (key_out, k_act) = split2(&mut cx, key.clone(), Span::default());
+    let (action, carry) = act(&mut cx, policy, which, (&learner, &inputs, obs), k_act, Some(envs));
+    let params = [key.vars, learner, inputs, vec![obs]].concat();
+    let results = [key_out.vars, vec![action], carry].concat();
+    cx.finish_internal("host_act", params, results)
 }

@@ -156,6 +156,13 @@ pub trait HostEnv: Send {
     fn restarts(&self) -> u64 {
         0
     }
+
+    /// Env 0's frame, `u8[H, W, 3]` RGB, where the last reset or step left it (a step's
+    /// before its auto-reset, so that an episode's last state is drawn). Only a batch
+    /// opened with [`Options::render`] draws (`podc play`).
+    fn frame(&mut self) -> Result<Array, HostError> {
+        Err(HostError::Usage(format!("`{}` envs are not drawn on the host", self.spec().name)))
+    }
 }
 
 /// Checks a step's actions against the batch, so that no backend indexes out of bounds.
@@ -210,6 +217,9 @@ pub struct Options {
     /// How a `pod:` env's file is loaded: `--lib` directories, and `--set` values when it
     /// is the run's root file.
     pub load: crate::driver::LoadOptions,
+    /// Draw env 0's frames ([`HostEnv::frame`]): Gymnasium envs are made with
+    /// `render_mode="rgb_array"`; a backend or env that cannot draw fails to start.
+    pub render: bool,
 }
 
 impl Options {
@@ -223,6 +233,7 @@ impl Options {
             max_restarts: 10,
             plugin: None,
             load: crate::driver::LoadOptions::default(),
+            render: false,
         }
     }
 }

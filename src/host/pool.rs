@@ -20,6 +20,7 @@ pub struct WorkerPool {
     python: PathBuf,
     script: PathBuf,
     env_import: Vec<String>,
+    render: bool,
     spec: EnvSpec,
     num_envs: usize,
     slots: Vec<Slot>,
@@ -44,7 +45,10 @@ impl WorkerPool {
         if opts.num_envs == 0 {
             return Err(HostError::Usage("a host env batch needs at least one env".into()));
         }
-        let python = super::python::find(opts.python.as_deref(), uri.backend)?;
+        let python = match opts.render {
+            true => super::python::find_rendering(opts.python.as_deref(), uri.backend)?,
+            false => super::python::find(opts.python.as_deref(), uri.backend)?,
+        };
         let script = super::python::worker_script()?;
         let n_workers = opts.env_workers.clamp(1, opts.num_envs);
         let mut pool = WorkerPool {
@@ -52,6 +56,7 @@ impl WorkerPool {
             python,
             script,
             env_import: opts.env_import.clone(),
+            render: opts.render,
             spec: EnvSpec {
                 name: String::new(),
                 obs: crate::array::ArrayTy::scalar(crate::array::DType::F32),
@@ -101,6 +106,7 @@ impl WorkerPool {
             env_import: &self.env_import,
             // Making an env (imports, EnvPool's threads, ROMs) is slower than a step.
             start_timeout: self.step_timeout.max(Duration::from_secs(60)),
+            render: self.render,
         }
     }
 
@@ -294,6 +300,21 @@ impl HostEnv for WorkerPool {
 
     fn restarts(&self) -> u64 {
         self.restarts
+    }
+
+    fn frame(&mut self) -> Result<crate::array::Array, HostError> {
+        if !self.render {
+            return Err(HostError::Usage("frames are drawn only by a batch opened with `render`".into()));
+        }
+        if self.in_flight.is_some() {
+            return Err(HostError::Usage("frame while a step is in flight: recv it first".into()));
+        }
+        let deadline = Instant::now() + self.step_timeout;
+        let w = &mut self.slots[0].worker;
+        w.frame(deadline).map_err(|fault| {
+            let reason = format!("{} while drawing a frame", w.describe(&fault));
+            HostError::Worker { worker: 0, reason, stderr: w.kill_and_tail() }
+        })
     }
 }
 

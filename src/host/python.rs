@@ -7,7 +7,8 @@
 //! 4. the cache (`PODC_CACHE`, else `~/.cache/podracer`, as for the PJRT plugin): a venv
 //!    with pinned versions of the backend's packages, made with `python3 -m venv` and pip on
 //!    first use, and announced on stderr. EnvPool is added to it only when an `envpool:`
-//!    env is first used (it is large: ~850 MB with its assets), ale-py when an `ale:` env is.
+//!    env is first used (it is large: ~850 MB with its assets), ale-py when an `ale:` env is,
+//!    pygame when a `gymnasium:` env is first drawn (`podc play`).
 //!
 //! A Python from 1-3 is used as it is: when it lacks a package, the worker says so at
 //! start-up and the error gives the exact pip command ([`missing_package`]).
@@ -30,6 +31,9 @@ pub const ENVPOOL: &str = "envpool==1.2.5";
 /// ale-py 0.12.1: the C++ vector env with same-step auto-reset, wheels for CPython
 /// 3.10-3.14 on manylinux x86_64 and aarch64 and macOS, the ROMs inside (~10 MB).
 pub const ALE_PY: &str = "ale-py==0.12.1";
+/// pygame 2.6.1: what Gymnasium's classic-control and Box2D envs draw their
+/// `rgb_array` frames with (`podc play`); wheels for CPython 3.8-3.13.
+pub const PYGAME: &str = "pygame==2.6.1";
 /// The venv's directory in the cache; a new set of pins gets a new name.
 const VENV_DIR: &str = "python-envs-gymnasium1.2.2-numpy2.2.6";
 /// The requirements installed so far, one a line, written after each successful pip run.
@@ -44,8 +48,26 @@ pub fn requirements(backend: Backend) -> Vec<&'static str> {
     }
 }
 
+/// What drawing a backend's envs needs besides ([`find_rendering`]).
+pub fn render_requirements(backend: Backend) -> Vec<&'static str> {
+    match backend {
+        Backend::Gymnasium => vec![PYGAME],
+        Backend::EnvPool | Backend::Ale | Backend::Pod => vec![],
+    }
+}
+
 /// The Python to run `backend`'s workers with.
 pub fn find(explicit: Option<&Path>, backend: Backend) -> Result<PathBuf, HostError> {
+    find_with(explicit, requirements(backend))
+}
+
+/// The Python to run `backend`'s workers with when they draw frames: the cache venv also
+/// gets what rendering needs.
+pub fn find_rendering(explicit: Option<&Path>, backend: Backend) -> Result<PathBuf, HostError> {
+    find_with(explicit, [requirements(backend), render_requirements(backend)].concat())
+}
+
+fn find_with(explicit: Option<&Path>, wanted: Vec<&'static str>) -> Result<PathBuf, HostError> {
     if let Some(p) = explicit {
         return existing(p, "--python");
     }
@@ -57,9 +79,9 @@ pub fn find(explicit: Option<&Path>, backend: Backend) -> Result<PathBuf, HostEr
     }
     let cache = crate::runtime::plugin::cache_dir().map_err(|e| HostError::Python {
         reason: e.to_string(),
-        fix: format!("set {PYTHON_ENV} to a Python that has {}", requirements(backend).join(" ")),
+        fix: format!("set {PYTHON_ENV} to a Python that has {}", wanted.join(" ")),
     })?;
-    cache_venv(&cache, backend)
+    cache_venv_with(&cache, &wanted)
 }
 
 /// A bare name (`python3`) is looked up on PATH when the worker starts; a path must exist.
@@ -81,7 +103,7 @@ fn existing(p: &Path, origin: &str) -> Result<PathBuf, HostError> {
 
 /// The error for a named Python that cannot import `module`.
 pub fn missing_package(python: &Path, module: &str, backend: Backend) -> HostError {
-    let pins = requirements(backend);
+    let pins = [requirements(backend), render_requirements(backend)].concat();
     // Modules are named with `_` where their distributions have `-` (`ale_py`, `ale-py`).
     let dist = module.replace('_', "-");
     let wanted: Vec<&str> = match pins.iter().find(|r| r.split("==").next() == Some(&dist)) {
@@ -99,10 +121,14 @@ pub fn missing_package(python: &Path, module: &str, backend: Backend) -> HostErr
 /// The cache venv's Python, with `backend`'s packages installed (made or extended now if
 /// needed; one process at a time, under a lock).
 pub fn cache_venv(cache: &Path, backend: Backend) -> Result<PathBuf, HostError> {
+    cache_venv_with(cache, &requirements(backend))
+}
+
+/// The cache venv's Python with the requirements `wanted` installed.
+pub fn cache_venv_with(cache: &Path, wanted: &[&str]) -> Result<PathBuf, HostError> {
     let dir = cache.join(VENV_DIR);
     let python = dir.join("bin").join("python");
-    let wanted = requirements(backend);
-    if missing(&dir, &wanted).is_empty() && python.exists() {
+    if missing(&dir, wanted).is_empty() && python.exists() {
         return Ok(python);
     }
     let manual = format!(
@@ -143,7 +169,7 @@ pub fn cache_venv(cache: &Path, backend: Backend) -> Result<PathBuf, HostError> 
         fs::rename(&partial, &dir)
             .map_err(|e| fail(format!("cannot move {} to {}: {e}", partial.display(), dir.display())))?;
     }
-    let more = missing(&dir, &wanted);
+    let more = missing(&dir, wanted);
     if !more.is_empty() {
         eprintln!("podc: installing {} into {} (first use only)", more.join(", "), dir.display());
         pip_install(&python, &more).and_then(|()| record(&dir, &more)).map_err(fail)?;

@@ -11,8 +11,11 @@ podc ships this file inside its binary and runs it as
   section (actions, obs, final_obs, reward, terminated, truncated, seed).
 - Then, per command byte: b"R" resets with the seed in shared memory, b"S" steps with
   the actions in shared memory; the worker answers b"r" / b"s" once the results are in
-  shared memory. End of file on the socket (podc closed it, or died) ends the worker, and
-  so does podc's death (PR_SET_PDEATHSIG). An exception prints its traceback to stderr
+  shared memory. A worker started with "render" (`podc play`) also takes b"F": it
+  answers b"f", a JSON line {"shape": [H, W, 3]} and the H*W*3 bytes of env 0's RGB
+  frame where the last reset or step left it (a step's frame is drawn before its
+  auto-reset, so an episode's last state is seen). End of file on the socket (podc
+  closed it, or died) ends the worker, and so does podc's death (PR_SET_PDEATHSIG). An exception prints its traceback to stderr
   and exits, which podc sees as end of file.
 """
 
@@ -92,18 +95,58 @@ def space_spec(np, obs_space, act_space):
     raise ValueError(f"unsupported action space {act_space}; podracer supports Discrete and one-dimensional float Box")
 
 
+def render_error(e, what):
+    """A failure to draw as the worker's start-up error: a missing drawing package (such
+    as pygame, which Gymnasium raises as DependencyNotInstalled from an ImportError) is
+    `missing_module`, so that podc names the pip command."""
+    cause = e if isinstance(e, ImportError) else e.__cause__
+    if isinstance(cause, ImportError) and cause.name:
+        return {"error": "missing_module", "module": cause.name, "message": str(e)}
+    return {"error": "make", "message": f"{what} cannot draw frames: {type(e).__name__}: {e}"}
+
+
+def as_frame(np, frame):
+    """A drawn frame as podc takes it: uint8 RGB, (H, W, 3), contiguous."""
+    frame = np.asarray(frame)
+    if frame.ndim != 3 or frame.shape[2] != 3 or frame.dtype != np.uint8:
+        raise ValueError(f"it draws frames of {frame.dtype} {frame.shape}, not uint8 (H, W, 3) RGB")
+    return np.ascontiguousarray(frame)
+
+
+def drawing(gym):
+    """A wrapper for gymnasium.make_vec's sub-envs that draws each one's frame after its
+    reset and after its step, before the vector env's auto-reset (`podc play`)."""
+
+    class Draw(gym.Wrapper):
+        def reset(self, **kw):
+            out = self.env.reset(**kw)
+            self.frame = self.env.render()
+            return out
+
+        def step(self, action):
+            out = self.env.step(action)
+            self.step_frame = self.env.render()
+            return out
+
+    return Draw
+
+
 class Gymnasium:
     """gymnasium.make_vec, synchronous, with same-step auto-reset (final obs in info)."""
 
-    def __init__(self, np, env_id, kwargs, n):
+    def __init__(self, np, env_id, kwargs, n, render=False):
         import gymnasium as gym
 
         self.np = np
+        more = {}
+        if render:
+            more = {"render_mode": "rgb_array", "wrappers": [drawing(gym)]}
         self.envs = gym.make_vec(
             env_id,
             num_envs=n,
             vectorization_mode="sync",
             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+            **more,
             **kwargs,
         )
         sub = getattr(self.envs, "envs", None)
@@ -111,13 +154,29 @@ class Gymnasium:
         self.time_limit = getattr(spec, "max_episode_steps", None)
         self.obs_space = self.envs.single_observation_space
         self.act_space = self.envs.single_action_space
+        self.stepped = False
+        if render:
+            modes = sub[0].metadata.get("render_modes", [])
+            if "rgb_array" not in modes:
+                raise ValueError(f"`{env_id}` has no `rgb_array` rendering (its render modes: {modes})")
+
+    def probe(self):
+        """Draws once, so that an env that cannot fails at start-up."""
+        self.envs.reset(seed=0)
+        as_frame(self.np, self.frame())
+
+    def frame(self):
+        env = self.envs.envs[0]
+        return env.step_frame if self.stepped else env.frame
 
     def reset(self, seed, obs):
         o, _ = self.envs.reset(seed=seed)
         self.np.copyto(obs, o, casting="unsafe")
+        self.stepped = False
 
     def step(self, actions, obs, reward, terminated, truncated, final_obs):
         o, r, te, tr, info = self.envs.step(actions)
+        self.stepped = True
         self.np.copyto(obs, o, casting="unsafe")
         if "final_obs" in info:
             for i in self.np.nonzero(info["_final_obs"])[0]:
@@ -143,7 +202,7 @@ class EnvPool:
 
     STATE = ("info:env_id", "elapsed_step", "done", "reward", "trunc")
 
-    def __init__(self, np, env_id, kwargs, n):
+    def __init__(self, np, env_id, kwargs, n, render=False):
         import envpool
 
         # Atari tasks get the sticky actions of Machado et al. (2018), as `ale:` envs do;
@@ -151,7 +210,10 @@ class EnvPool:
         config = envpool.make_spec(env_id).config
         if "repeat_action_probability" in getattr(config, "_fields", ()):
             kwargs = {"repeat_action_probability": 0.25, **kwargs}
+        if render:
+            kwargs = {**kwargs, "render_mode": "rgb_array"}
         self.np, self.envpool, self.id, self.kwargs, self.n = np, envpool, env_id, kwargs, n
+        self.render, self.last_frame = render, None
         self.seed = 0
         self.ids = np.arange(n, dtype=np.int32)
         self.ended = np.zeros(n, dtype=np.bool_)
@@ -186,6 +248,28 @@ class EnvPool:
         at = {k: state.index(k) for k in self.STATE}
         return at["info:env_id"], at["elapsed_step"], at["done"], at["reward"], at["trunc"], state.index(obs_keys[0]), action_dtype
 
+    def probe(self):
+        """Draws once on a pool of its own, so that an env EnvPool cannot draw fails at
+        start-up and the batch's episodes stay those of its seed."""
+        env = self.make(self.seed)
+        try:
+            env.reset()
+            as_frame(self.np, env.render(env_ids=[0])[0])
+        except Exception as e:
+            raise ValueError(
+                f"EnvPool {self.envpool.__version__} cannot draw `{self.id}` ({type(e).__name__}: {e}); "
+                f"`gymnasium:` envs with `rgb_array` rendering and `ale:` games can be played"
+            ) from e
+        finally:
+            env.close()
+
+    def draw(self):
+        if self.render:
+            self.last_frame = self.env.render(env_ids=[0])[0]
+
+    def frame(self):
+        return self.last_frame
+
     def make(self, seed):
         # EnvPool takes int32 seeds (env i gets seed + i); podc's are 64-bit, and a
         # restarted worker's are past 2**32. Seeds below 2**31 - n are kept as they are.
@@ -201,6 +285,7 @@ class EnvPool:
             self.fast = self.core_layout()
         o, info = self.env.reset()
         obs[info["env_id"]] = o
+        self.draw()
 
     def step(self, actions, obs, reward, terminated, truncated, final_obs):
         if self.fast is None:
@@ -222,6 +307,7 @@ class EnvPool:
             truncated[:] = trunc
         np.greater(s[i_done], trunc, out=terminated)  # done and not EnvPool's truncation
         done = np.flatnonzero(np.logical_or(terminated, truncated, out=self.ended))
+        self.draw()  # before the resets
         if len(done):
             # Start the resets now; copy this step's results while EnvPool works.
             done = ids[done]
@@ -246,6 +332,7 @@ class EnvPool:
         terminated[ids] = te
         truncated[ids] = tr
         done = self.ids[ids][te | tr]
+        self.draw()
         if len(done):
             final_obs[done] = obs[done]
             o2, info2 = self.env.reset(done)
@@ -263,7 +350,7 @@ class Ale:
 
     RENAME = {"reward_clip": "reward_clipping"}
 
-    def __init__(self, np, game, kwargs, n):
+    def __init__(self, np, game, kwargs, n, render=False):
         import ale_py
         from ale_py import roms
         from ale_py.registration import rom_id_to_name
@@ -294,12 +381,22 @@ class Ale:
         self.obs_space = self.envs.single_observation_space
         self.act_space = self.envs.single_action_space
         self.paddle = np.ones(n, dtype=np.float32)  # paddle strength: full, as ale-py's own step
+        # ale-py's vector env gives no screen. Drawing runs a twin with the same settings
+        # and seeds, so the same emulation, whose observation is the full-colour screen
+        # (one frame, not resized, not max-pooled); `step` checks the two stay in step.
+        self.twin = None
+        if render:
+            screen = {"img_height": 210, "img_width": 160, "grayscale": False, "stack_num": 1, "maxpool": False}
+            self.twin = AtariVectorEnv(rom, n, autoreset_mode="SameStep", **{**args, **screen})
+            self.screen = None
 
     def reset(self, seed, obs):
         # ale-py takes int32 seeds (env i gets seed + i), as EnvPool does.
         o, info = self.envs.reset(seed=int(seed) % (2**31 - self.n))
         obs[:] = o
         self.lives = info["lives"]
+        if self.twin is not None:
+            self.screen = self.twin.reset(seed=int(seed) % (2**31 - self.n))[0][0, 0]
 
     def step(self, actions, obs, reward, terminated, truncated, final_obs):
         # `send` and `recv` of ale-py's C++ interface, as its own `step` calls them.
@@ -321,6 +418,22 @@ class Ale:
         if "final_obs" in info:
             done = self.np.flatnonzero(ended)
             final_obs[done] = info["final_obs"][done]
+        if self.twin is not None:
+            self.twin_step(actions, r, te, ended)
+
+    def twin_step(self, actions, reward, terminated, ended):
+        self.twin.ale.send(actions, self.paddle)
+        o, r, te, _, info = self.twin.ale.recv()
+        if not (self.np.array_equal(r, reward) and self.np.array_equal(te, terminated)):
+            raise RuntimeError("the drawing twin of the ALE envs went out of step with them")
+        # Env 0's screen where the step ended: before the game's reset, if it had one.
+        self.screen = (info["final_obs"] if ended[0] else o)[0, 0]
+
+    def probe(self):
+        pass
+
+    def frame(self):
+        return self.screen
 
 
 def main():
@@ -346,6 +459,7 @@ def main():
         return json.loads(data)
 
     backend = config["backend"]
+    render = config.get("render", False)
     module = {"gymnasium": "gymnasium", "envpool": "envpool", "ale": "ale_py"}[backend]
     try:
         import numpy as np
@@ -360,12 +474,23 @@ def main():
         for name in config["env_import"]:
             import_user_module(name)
         cls = {"gymnasium": Gymnasium, "envpool": EnvPool, "ale": Ale}[backend]
-        env = cls(np, config["id"], config["kwargs"], config["num_envs"])
+        env = cls(np, config["id"], config["kwargs"], config["num_envs"], render)
         dtype, shape, action, start = space_spec(np, env.obs_space, env.act_space)
     except Exception as e:
         traceback.print_exc()
         send_line({"error": "make", "message": f"{type(e).__name__}: {e}"})
         return
+    if render:
+        # Some renderers abort the process (MuJoCo without an OpenGL context): this line
+        # then heads the stderr tail that podc reports.
+        print(f"podc worker: drawing `{backend}:{config['id']}` once to check that it can be drawn",
+              file=sys.stderr, flush=True)
+        try:
+            env.probe()
+        except Exception as e:
+            traceback.print_exc()
+            send_line(render_error(e, f"`{backend}:{config['id']}`"))
+            return
     limit = env.time_limit
     send_line({"obs_dtype": dtype, "obs_shape": shape, "action": action,
                "time_limit": int(limit) if limit else None})
@@ -408,6 +533,10 @@ def main():
             terminated[:] = False
             truncated[:] = False
             chan.sendall(b"r")
+        elif cmd == b"F" and render:
+            frame = as_frame(np, env.frame())
+            header = json.dumps({"shape": list(frame.shape)}) + "\n"
+            chan.sendall(b"f" + header.encode() + frame.tobytes())
         else:  # end of file (podc is gone or done with us), or b"Q"
             return
 

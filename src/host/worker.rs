@@ -5,7 +5,7 @@
 use super::shm::Shm;
 use super::uri::EnvUri;
 use super::{ActionSpace, EnvSpec, HostError};
-use crate::array::{ArrayTy, DType};
+use crate::array::{Array, ArrayTy, DType};
 use serde_json::{Value, json};
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::OwnedFd;
@@ -34,6 +34,8 @@ pub struct WorkerConfig<'a> {
     pub env_import: &'a [String],
     /// How long making the env may take before the worker counts as hung.
     pub start_timeout: Duration,
+    /// Whether the worker draws env 0's frames (`F`).
+    pub render: bool,
 }
 
 /// Where each section lives in the shared memory (64-byte aligned).
@@ -120,6 +122,7 @@ impl Worker {
             "num_envs": cfg.num_envs,
             "env_import": cfg.env_import,
             "ppid": std::process::id(),
+            "render": cfg.render,
         });
         let mut cmd = Command::new(cfg.python);
         cmd.arg(cfg.script)
@@ -278,6 +281,23 @@ impl Worker {
             line.push(b[0]);
         }
         String::from_utf8(line).map_err(|_| Fault::Protocol("a report that is not UTF-8".into()))
+    }
+
+    /// Env 0's frame (`F`): a JSON line with its shape, then its bytes.
+    pub fn frame(&mut self, deadline: Instant) -> Result<Array, Fault> {
+        self.send(b'F')?;
+        self.wait(deadline)?;
+        let line = self.read_line(deadline)?;
+        let shape: Option<Vec<usize>> = serde_json::from_str::<Value>(&line)
+            .ok()
+            .and_then(|v| v.get("shape")?.as_array()?.iter().map(|d| d.as_u64().map(|d| d as usize)).collect());
+        let Some(shape @ [_, _, 3]) = shape.as_deref() else {
+            return Err(Fault::Protocol(format!("a frame's header is not `{{\"shape\": [H, W, 3]}}`: {line}")));
+        };
+        let ty = ArrayTy::new(DType::U8, shape.to_vec());
+        let mut bytes = vec![0; ty.numel()];
+        self.read_exact_until(&mut bytes, deadline)?;
+        Ok(Array::from_bytes(&ty, &bytes).expect("H * W * 3 bytes"))
     }
 
     pub fn obs(&self) -> &[u8] {

@@ -1,12 +1,15 @@
 //! Looking at a trained agent: its learner read back from a checkpoint, exactly `N`
 //! whole episodes run through the compiled programs of `elab::episodes` and their returns
-//! summarised, and one episode played frame by frame.
+//! summarised, and one episode played frame by frame; for a `.pod` env all on the device,
+//! for a host env (`host::HostEnv`, as the Sebulba actors step it) with the policy on the
+//! device and the env on the host.
 
 use crate::array::{Array, Data};
 use crate::elab::agent::PolicyFuncs;
 use crate::elab::anakin::leaf_names;
 use crate::elab::env::EnvFuncs;
-use crate::elab::episodes::{Policy, eval_chunk, eval_start, play_start, play_step};
+use crate::elab::episodes::{Policy, eval_chunk, eval_start, host_act, play_start, play_step};
+use crate::host::{HostEnv, StepOut};
 use crate::ir::Func;
 use crate::ir::eval::eval_func;
 use crate::lower::stablehlo::{lower_module, lower_module_donating};
@@ -74,7 +77,6 @@ pub struct Evaluator<'c> {
     start: Func,
     chunk: Executable,
     envs: usize,
-    steps: usize,
     time_limit: Option<u64>,
     env: String,
 }
@@ -93,32 +95,20 @@ impl<'c> Evaluator<'c> {
         let donated = start.graph.results.len();
         let chunk = client.compile(&lower_module_donating(&chunk, 1, donated), 1).map_err(|e| e.to_string())?;
         let (time_limit, env) = (env.info.time_limit, env.info.name.clone());
-        Ok(Evaluator { client, start, chunk, envs, steps, time_limit, env })
+        Ok(Evaluator { client, start, chunk, envs, time_limit, env })
     }
 
-    /// Exactly `episodes` whole episodes with `learner`, from `key(seed)`. Environment `i`
-    /// contributes its first `quota(i)` episodes, the quotas adding up to `episodes`, so
-    /// that no episode is cut short and none is picked for being short.
+    /// Exactly `episodes` whole episodes with `learner`, from `key(seed)` (see [`Tally`]).
     pub fn run(&self, learner: &[Array], episodes: usize, seed: i64) -> Result<Episodes, String> {
         let err = |e: crate::runtime::RuntimeError| e.to_string();
         let b = self.envs;
-        let quota = |i: usize| episodes / b + usize::from(i < episodes % b);
         let upload = |a: &Array| self.client.upload(a, 0).map_err(err);
         let mut state: Vec<Buffer> =
             eval_func(&self.start, &[crate::io::seed_key(seed)]).iter().map(upload).collect::<Result<_, _>>()?;
         let learner: Vec<Buffer> = learner.iter().map(upload).collect::<Result<_, _>>()?;
-        let (mut taken, mut ret, mut len) = (vec![0usize; b], vec![0.0f64; b], vec![0u64; b]);
-        let mut out = Episodes::default();
-        let limit = self.time_limit.unwrap_or(MAX_EPISODE_STEPS) * quota(0) as u64;
-        let mut steps = 0u64;
-        while out.returns.len() < episodes {
-            if steps > limit {
-                let left = episodes - out.returns.len();
-                return Err(format!(
-                    "{left} of {episodes} episodes had not ended after {steps} steps, and env `{}` has no `time_limit`",
-                    self.env
-                ));
-            }
+        let mut tally = Tally::new(episodes, b, self.time_limit, &self.env);
+        while !tally.finished() {
+            tally.check_time()?;
             let args: Vec<&Buffer> = state.iter().chain(&learner).collect();
             let mut outs = self.chunk.execute(&args).map_err(err)?;
             let (rewards, dones) = match (outs[outs.len() - 2].download(), outs[outs.len() - 1].download()) {
@@ -127,23 +117,81 @@ impl<'c> Evaluator<'c> {
             };
             outs.truncate(outs.len() - 2);
             state = outs;
-            steps += self.steps as u64;
             for (r, d) in rewards.chunks(b).zip(dones.chunks(b)) {
-                for i in 0..b {
-                    if taken[i] == quota(i) {
-                        continue;
-                    }
-                    ret[i] += f64::from(r[i]);
-                    len[i] += 1;
-                    if d[i] {
-                        out.returns.push(std::mem::take(&mut ret[i]));
-                        out.lengths.push(std::mem::take(&mut len[i]));
-                        taken[i] += 1;
-                    }
-                }
+                tally.step(r, d);
             }
         }
-        Ok(out)
+        Ok(tally.out)
+    }
+}
+
+/// Counts exactly `N` whole episodes of `B` auto-resetting environments: environment `i`
+/// contributes its first `quota(i)` episodes, the quotas adding up to `N`, so that no
+/// episode is cut short and none is picked for being short.
+struct Tally<'a> {
+    episodes: usize,
+    taken: Vec<usize>,
+    ret: Vec<f64>,
+    len: Vec<u64>,
+    steps: u64,
+    /// Steps after which the episodes are taken to never end, and the env's name.
+    limit: u64,
+    env: &'a str,
+    out: Episodes,
+}
+
+impl<'a> Tally<'a> {
+    fn new(episodes: usize, envs: usize, time_limit: Option<u64>, env: &'a str) -> Tally<'a> {
+        let mut t = Tally {
+            episodes,
+            taken: vec![0; envs],
+            ret: vec![0.0; envs],
+            len: vec![0; envs],
+            steps: 0,
+            limit: 0,
+            env,
+            out: Episodes::default(),
+        };
+        t.limit = time_limit.unwrap_or(MAX_EPISODE_STEPS) * t.quota(0) as u64;
+        t
+    }
+
+    fn quota(&self, i: usize) -> usize {
+        let b = self.taken.len();
+        self.episodes / b + usize::from(i < self.episodes % b)
+    }
+
+    fn finished(&self) -> bool {
+        self.out.returns.len() >= self.episodes
+    }
+
+    /// One step of every environment: its reward and whether its episode ended.
+    fn step(&mut self, rewards: &[f32], dones: &[bool]) {
+        self.steps += 1;
+        for (i, (&r, &d)) in rewards.iter().zip(dones).enumerate() {
+            if self.taken[i] == self.quota(i) {
+                continue;
+            }
+            self.ret[i] += f64::from(r);
+            self.len[i] += 1;
+            if d {
+                self.out.returns.push(std::mem::take(&mut self.ret[i]));
+                self.out.lengths.push(std::mem::take(&mut self.len[i]));
+                self.taken[i] += 1;
+            }
+        }
+    }
+
+    /// An error once the episodes have run longer than any should.
+    fn check_time(&self) -> Result<(), String> {
+        if self.steps <= self.limit {
+            return Ok(());
+        }
+        let left = self.episodes - self.out.returns.len();
+        Err(format!(
+            "{left} of {} episodes had not ended after {} steps, and env `{}` has no `time_limit`",
+            self.episodes, self.steps, self.env
+        ))
     }
 }
 
@@ -292,4 +340,142 @@ pub fn play(
             return Ok(Played { frames, episode_return, ended });
         }
     }
+}
+
+/// The policy compiled for a batch of host envs ([`host_act`]).
+pub struct HostPolicy<'c> {
+    client: &'c Client,
+    exe: Executable,
+    envs: usize,
+    /// One environment's carry at an episode's start (empty without a carry).
+    initial_carry: Vec<Array>,
+}
+
+/// One run's acting state: the key, the learner on the device, each env's carry.
+struct Acting {
+    key: Buffer,
+    learner: Vec<Buffer>,
+    carry: Vec<Array>,
+}
+
+impl<'c> HostPolicy<'c> {
+    pub fn new(
+        client: &'c Client,
+        prog: &Program,
+        policy: &PolicyFuncs,
+        which: Policy,
+        envs: usize,
+    ) -> Result<Self, String> {
+        let f = host_act(prog, policy, which, envs);
+        let exe = client.compile(&lower_module(&f, 1), 1).map_err(|e| e.to_string())?;
+        let initial_carry = policy.initial_carry.as_ref().map_or(vec![], |f| eval_func(f, &[]));
+        Ok(HostPolicy { client, exe, envs, initial_carry })
+    }
+
+    /// The acting state of a run with `learner` from `key(seed)`.
+    fn start(&self, learner: &[Array], seed: i64) -> Result<Acting, String> {
+        let upload = |a: &Array| self.client.upload(a, 0).map_err(|e| e.to_string());
+        let carry = self.initial_carry.iter().map(|c| stacked(c, self.envs)).collect();
+        Ok(Acting {
+            key: upload(&crate::io::seed_key(seed))?,
+            learner: learner.iter().map(upload).collect::<Result<_, _>>()?,
+            carry,
+        })
+    }
+
+    /// The actions for the observations `obs` (`[envs, ..]`); the carries move on.
+    fn act(&self, a: &mut Acting, obs: &Array) -> Result<Array, String> {
+        let err = |e: crate::runtime::RuntimeError| e.to_string();
+        let upload = |x: &Array| self.client.upload(x, 0).map_err(err);
+        let carry: Vec<Buffer> = a.carry.iter().map(upload).collect::<Result<_, _>>()?;
+        let obs = upload(obs)?;
+        let args: Vec<&Buffer> = std::iter::once(&a.key).chain(&a.learner).chain(&carry).chain([&obs]).collect();
+        let mut outs = self.exe.execute(&args).map_err(err)?.into_iter();
+        a.key = outs.next().ok_or("the policy program returned no key")?;
+        let action = outs.next().ok_or("the policy program returned no action")?.download().map_err(err)?;
+        a.carry = outs.map(|b| b.download().map_err(err)).collect::<Result<_, _>>()?;
+        Ok(action)
+    }
+
+    /// Starts the carry afresh for the environments whose episode ended.
+    fn reset_carries(&self, a: &mut Acting, out: &StepOut) {
+        for i in (0..self.envs).filter(|&i| out.done(i)) {
+            for (c, fresh) in a.carry.iter_mut().zip(&self.initial_carry) {
+                c.set_row(i, fresh);
+            }
+        }
+    }
+}
+
+/// `n` copies of `a` along a new leading axis.
+fn stacked(a: &Array, n: usize) -> Array {
+    let ty = a.ty();
+    let ty = crate::array::ArrayTy::new(ty.dtype, std::iter::once(n).chain(ty.shape).collect());
+    Array::from_bytes(&ty, &a.to_bytes().repeat(n)).expect("n rows of a's size")
+}
+
+/// Exactly `episodes` whole episodes of the host envs `env` (a batch of the policy's
+/// size, reset with `seed`: env `i` is seeded `seed + i`) with `learner`, acting from
+/// `key(seed)`; counted as [`Evaluator::run`] counts them.
+pub fn host_episodes(
+    p: &HostPolicy,
+    env: &mut dyn HostEnv,
+    learner: &[Array],
+    episodes: usize,
+    seed: i64,
+    name: &str,
+) -> Result<Episodes, String> {
+    let spec = env.spec().clone();
+    let mut out = StepOut::new(&spec, p.envs);
+    env.reset(seed as u64, &mut out).map_err(|e| e.to_string())?;
+    let mut acting = p.start(learner, seed)?;
+    let mut tally = Tally::new(episodes, p.envs, spec.time_limit, name);
+    while !tally.finished() {
+        tally.check_time()?;
+        let action = p.act(&mut acting, &out.obs_array(&spec).map_err(|e| e.to_string())?)?;
+        env.step(&action, &mut out).map_err(|e| e.to_string())?;
+        p.reset_carries(&mut acting, &out);
+        let dones: Vec<bool> = (0..p.envs).map(|i| out.done(i)).collect();
+        tally.step(&out.reward, &dones);
+    }
+    Ok(tally.out)
+}
+
+/// How an episode played on a host env went.
+pub struct HostPlayed {
+    pub frames: usize,
+    pub episode_return: f64,
+    /// Whether the episode ended (rather than reaching `max_steps`).
+    pub ended: bool,
+}
+
+/// Plays one episode of env 0 of `env` (opened to draw) from `seed` with `learner`, at
+/// most `max_steps` steps, handing each frame (`u8[H, W, 3]`: the first state, then the
+/// state after each step) to `frame`.
+pub fn host_play(
+    p: &HostPolicy,
+    env: &mut dyn HostEnv,
+    learner: &[Array],
+    seed: i64,
+    max_steps: u64,
+    frame: &mut dyn FnMut(Array) -> Result<(), String>,
+) -> Result<HostPlayed, String> {
+    let spec = env.spec().clone();
+    let mut out = StepOut::new(&spec, p.envs);
+    let host = |e: crate::host::HostError| e.to_string();
+    env.reset(seed as u64, &mut out).map_err(host)?;
+    let mut acting = p.start(learner, seed)?;
+    frame(env.frame().map_err(host)?)?;
+    let (mut frames, mut episode_return) = (1, 0.0);
+    for _ in 0..max_steps {
+        let action = p.act(&mut acting, &out.obs_array(&spec).map_err(host)?)?;
+        env.step(&action, &mut out).map_err(host)?;
+        frame(env.frame().map_err(host)?)?;
+        frames += 1;
+        episode_return += f64::from(out.reward[0]);
+        if out.done(0) {
+            return Ok(HostPlayed { frames, episode_return, ended: true });
+        }
+    }
+    Ok(HostPlayed { frames, episode_return, ended: false })
 }

@@ -22,22 +22,30 @@ fn env_uri(prog: &Program, agent: &AgentFuncs, flags: &SebulbaFlags) -> Result<S
         return Ok(uri.clone());
     }
     let name = &agent.info.env.name;
+    own_env_uri(prog, name).ok_or_else(|| {
+        Failure::Message(format!("env `{name}` is `extern`: name the host env to train on with `--env URI`"))
+    })
+}
+
+/// `pod:FILE?env=NAME` for the program's `.pod` env `name`; `None` for an `extern` one.
+pub(in crate::cli) fn own_env_uri(prog: &Program, name: &str) -> Option<String> {
     let env = prog.modules.iter().flat_map(|m| &m.ast.items).find_map(|i| match i {
         ast::Item::Env(e) if e.name.name == *name => Some(e),
         _ => None,
-    });
-    match env {
-        Some(e) if !e.external => Ok(format!("pod:{}?env={name}", prog.map.name(e.span.file))),
-        _ => Err(Failure::Message(format!("env `{name}` is `extern`: name the host env to train on with `--env URI`"))),
-    }
+    })?;
+    (!env.external).then(|| format!("pod:{}?env={name}", prog.map.name(env.span.file)))
+}
+
+/// Whether two paths name the same existing file.
+pub(in crate::cli) fn same_file(a: &Path, b: &Path) -> bool {
+    a.canonicalize().ok().is_some_and(|a| b.canonicalize().ok() == Some(a))
 }
 
 /// How a `pod:` env is loaded: with the run's `--lib` directories, and its `--set` values
 /// when the env's file is the run's root file (they name the root file's consts).
-fn pod_load(uri: &str, root: &Path, opts: &LoadOptions) -> LoadOptions {
-    let same = |a: &Path, b: &Path| a.canonicalize().ok().is_some_and(|a| b.canonicalize().ok() == Some(a));
+pub(in crate::cli) fn pod_load(uri: &str, root: &Path, opts: &LoadOptions) -> LoadOptions {
     let is_root = crate::host::uri::EnvUri::parse(uri)
-        .is_ok_and(|u| u.backend == crate::host::Backend::Pod && same(Path::new(&u.id), root));
+        .is_ok_and(|u| u.backend == crate::host::Backend::Pod && same_file(Path::new(&u.id), root));
     LoadOptions { lib: opts.lib.clone(), overrides: if is_root { opts.overrides.clone() } else { vec![] } }
 }
 

@@ -21,7 +21,7 @@ pub mod policy;
 pub mod rollout;
 
 use crate::array::{Array, ArrayTy, DType};
-use crate::elab::agent::AgentFuncs;
+use crate::elab::agent::{AgentFuncs, AgentInfo};
 use crate::elab::anakin::{Leaf, LeafKind, leaf_names};
 use crate::elab::sebulba::{SebulbaPrograms, sebulba_programs};
 use crate::host::{self, EnvSpec};
@@ -112,8 +112,8 @@ pub struct SebulbaReport {
 }
 
 /// The agent's env as a host env spec, to check the host env against.
-pub fn agent_spec(agent: &AgentFuncs) -> Result<EnvSpec, String> {
-    let env = &agent.info.env;
+pub fn agent_spec(agent: &AgentInfo) -> Result<EnvSpec, String> {
+    let env = &agent.env;
     let obs = match env.observation.leaves().as_deref() {
         Some([one]) => one.clone(),
         _ => return Err(format!("env `{}` observes `{}`: Sebulba needs one array", env.name, env.observation)),
@@ -148,7 +148,7 @@ impl Sebulba {
         start: Instant,
     ) -> Result<Self, String> {
         cfg.check()?;
-        let spec = agent_spec(agent)?;
+        let spec = agent_spec(&agent.info)?;
         let programs = sebulba_programs(prog, agent, cfg.batch());
         let n = programs.learner.len();
         let learn = client
