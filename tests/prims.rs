@@ -632,6 +632,31 @@ fn cases() -> Vec<Case> {
         vec![rng.f32s(&[3], -2.0, 2.0), rng.f32s(&[4], -2.0, 2.0)],
         acc,
     ));
+    // Runs of consecutive dimensions are merged before XLA sees them (`Dot::collapsed`).
+    cs.push(case(
+        "rows over two free dimensions ([T, B, H] x [H, O])",
+        dot(&[], &[], &[2], &[0]),
+        vec![rng.f32s(&[3, 5, 4], -2.0, 2.0), rng.f32s(&[4, 6], -2.0, 2.0)],
+        acc,
+    ));
+    cs.push(case(
+        "weight gradient, two contractions ([T, B, H] x [T, B, O])",
+        dot(&[], &[], &[0, 1], &[0, 1]),
+        vec![rng.f32s(&[3, 5, 4], -2.0, 2.0), rng.f32s(&[3, 5, 6], -2.0, 2.0)],
+        acc,
+    ));
+    cs.push(case(
+        "batch, then merged free and contracting runs on both sides",
+        dot(&[0], &[2], &[3, 4], &[0, 1]),
+        vec![rng.f32s(&[2, 3, 4, 2, 3], -2.0, 2.0), rng.f32s(&[2, 3, 2, 5, 2], -2.0, 2.0)],
+        acc,
+    ));
+    cs.push(case(
+        "contractions consecutive in one operand only",
+        dot(&[], &[], &[0, 1], &[1, 0]),
+        vec![rng.f32s(&[3, 4, 2], -2.0, 2.0), rng.f32s(&[4, 3, 5], -2.0, 2.0)],
+        acc,
+    ));
     cs.push(exact("matmul subnormals", dot(&[], &[], &[1], &[0]), vec![tiny.clone(), tiny]));
     cs.push(exact(
         "matmul i32",

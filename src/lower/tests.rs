@@ -96,6 +96,19 @@ fn dense_layer() -> Func {
     b.finish("dense_layer", vec![x, w], vec![s, m])
 }
 
+/// A weight gradient over `[T, B, H]` activations (what `grad` of a `vmap` of a `vmap`
+/// makes): both operands are reshaped so that XLA sees one contracting dimension.
+fn weight_gradient() -> Func {
+    let mut b = Fb::new();
+    let x = b.fresh(f32t(&[2, 3, 4]));
+    let g = b.fresh(f32t(&[2, 3, 5]));
+    let y = b.prim(
+        Prim::Dot(Dot { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: vec![0, 1], rhs_contract: vec![0, 1] }),
+        &[x, g],
+    );
+    b.finish("weight_gradient", vec![x, g], vec![y])
+}
+
 /// Elementwise ops of every kind, NaN-propagating max among them.
 fn elementwise() -> Func {
     let mut b = Fb::new();
@@ -207,6 +220,7 @@ fn nested_loops() -> Func {
 pub(crate) fn fixtures() -> Vec<(&'static str, Func)> {
     vec![
         ("dense_layer", dense_layer()),
+        ("weight_gradient", weight_gradient()),
         ("elementwise", elementwise()),
         ("dynamic_indexing", dynamic_indexing()),
         ("loop_with_consts", loop_with_consts()),

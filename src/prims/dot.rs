@@ -43,6 +43,72 @@ impl Dot {
     }
 }
 
+/// A run of consecutive dimensions `first..first + len` of an operand, merged into one.
+type Run = (usize, usize);
+
+/// `dims` as one run, when they are two or more consecutive ascending dimensions.
+fn run(dims: &[usize]) -> Option<Run> {
+    let consecutive = dims.windows(2).all(|w| w[1] == w[0] + 1);
+    (dims.len() > 1 && consecutive).then(|| (dims[0], dims.len()))
+}
+
+/// `shape` with each run merged into one dimension, and where each old dimension went
+/// (a run's dimensions all go to its one).
+fn merge(shape: &[usize], runs: &[Run]) -> (Vec<usize>, Vec<usize>) {
+    let (mut merged, mut to) = (vec![], vec![]);
+    let mut d = 0;
+    while d < shape.len() {
+        let len = runs.iter().find(|r| r.0 == d).map_or(1, |r| r.1);
+        to.extend(std::iter::repeat_n(merged.len(), len));
+        merged.push(shape[d..d + len].iter().product());
+        d += len;
+    }
+    (merged, to)
+}
+
+/// `x` reshaped from `from` to `to`, or `x` itself when they are the same.
+fn reshaped(cx: &mut LowerCx, x: &str, from: &ArrayTy, to: &ArrayTy) -> String {
+    match from == to {
+        true => x.to_string(),
+        false => cx.op("stablehlo.reshape", &[x.to_string()], "", std::slice::from_ref(from), to),
+    }
+}
+
+impl Dot {
+    /// The same contraction on reshaped operands, when that has fewer dimensions: the
+    /// contracting dimensions merged into one where they are consecutive and in the same
+    /// order in both operands, and each operand's free dimensions merged where they are
+    /// consecutive. Merging consecutive dimensions of a row-major array moves no data,
+    /// and the result's merged dimensions split back the same way. XLA's CPU backend
+    /// otherwise copies an operand whose contraction spans several dimensions into a
+    /// transposed layout (a weight gradient over `[T, B, H]` activations, as `vmap` of
+    /// `vmap` makes); JAX users flatten such batches by hand.
+    fn collapsed(&self, l: &[usize], r: &[usize]) -> Option<(Dot, Vec<usize>, Vec<usize>)> {
+        let contract = run(&self.lhs_contract).zip(run(&self.rhs_contract));
+        let lhs_free = run(&free(l.len(), &self.lhs_batch, &self.lhs_contract));
+        let rhs_free = run(&free(r.len(), &self.rhs_batch, &self.rhs_contract));
+        let lhs_runs: Vec<Run> = contract.map(|c| c.0).into_iter().chain(lhs_free).collect();
+        let rhs_runs: Vec<Run> = contract.map(|c| c.1).into_iter().chain(rhs_free).collect();
+        if lhs_runs.is_empty() && rhs_runs.is_empty() {
+            return None;
+        }
+        let (lhs, lhs_to) = merge(l, &lhs_runs);
+        let (rhs, rhs_to) = merge(r, &rhs_runs);
+        let renumber = |dims: &[usize], to: &[usize]| -> Vec<usize> {
+            let mut out: Vec<usize> = dims.iter().map(|&d| to[d]).collect();
+            out.dedup();
+            out
+        };
+        let dot = Dot {
+            lhs_batch: renumber(&self.lhs_batch, &lhs_to),
+            rhs_batch: renumber(&self.rhs_batch, &rhs_to),
+            lhs_contract: renumber(&self.lhs_contract, &lhs_to),
+            rhs_contract: renumber(&self.rhs_contract, &rhs_to),
+        };
+        Some((dot, lhs, rhs))
+    }
+}
+
 impl Rules for Dot {
     fn name(&self) -> &'static str {
         "dot_general"
@@ -148,6 +214,15 @@ impl Rules for Dot {
     }
 
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        if let Some((dot, lhs, rhs)) = self.collapsed(&arg_tys[0].shape, &arg_tys[1].shape) {
+            let dtype = outs[0].dtype;
+            let (lhs_ty, rhs_ty) = (ArrayTy::new(dtype, lhs), ArrayTy::new(dtype, rhs));
+            let l = reshaped(cx, &args[0], &arg_tys[0], &lhs_ty);
+            let r = reshaped(cx, &args[1], &arg_tys[1], &rhs_ty);
+            let out_ty = ArrayTy::new(dtype, dot.out_shape(&lhs_ty.shape, &rhs_ty.shape));
+            let y = dot.lower(cx, &[l, r], &[lhs_ty, rhs_ty], std::slice::from_ref(&out_ty)).remove(0);
+            return vec![reshaped(cx, &y, &out_ty, &outs[0])];
+        }
         // Empty dimension lists are left out, as MLIR prints them.
         let fields = [
             ("lhs_batching_dimensions", &self.lhs_batch),
