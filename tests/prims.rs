@@ -652,6 +652,18 @@ fn cases() -> Vec<Case> {
         acc,
     ));
     cs.push(case(
+        "a long contraction to a small result, split into summed pieces",
+        dot(&[], &[], &[0], &[0]),
+        vec![rng.f32s(&[4096, 8], -2.0, 2.0), rng.f32s(&[4096, 6], -2.0, 2.0)],
+        acc,
+    ));
+    cs.push(case(
+        "a long contraction in the middle of both operands",
+        dot(&[], &[], &[1], &[0]),
+        vec![rng.f32s(&[3, 2048], -2.0, 2.0), rng.f32s(&[2048, 2, 2], -2.0, 2.0)],
+        acc,
+    ));
+    cs.push(case(
         "contractions consecutive in one operand only",
         dot(&[], &[], &[0, 1], &[1, 0]),
         vec![rng.f32s(&[3, 4, 2], -2.0, 2.0), rng.f32s(&[4, 3, 5], -2.0, 2.0)],

@@ -298,3 +298,16 @@ fn empty_loops_return_their_initial_carries() {
     let out = eval_func(&f, &[Array::f32(vec![3], vec![9.0; 3]), acc.clone(), Array::i32(vec![], vec![7])]);
     assert_eq!(out, [acc, Array::i32(vec![], vec![7])]);
 }
+
+#[test]
+fn long_contractions_to_small_results_are_split() {
+    let mut b = Fb::new();
+    let x = b.fresh(f32t(&[4096, 64]));
+    let g = b.fresh(f32t(&[4096, 2]));
+    let dot = Dot { lhs_batch: vec![], rhs_batch: vec![], lhs_contract: vec![0], rhs_contract: vec![0] };
+    let y = b.prim(Prim::Dot(dot), &[x, g]);
+    let text = lower_module(&b.finish("weight_gradient", vec![x, g], vec![y]), 1);
+    assert!(text.contains("(tensor<4096x64xf32>) -> tensor<32x128x64xf32>"), "{text}");
+    assert!(text.contains("lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]"), "{text}");
+    assert!(text.contains("stablehlo.reduce"), "{text}");
+}

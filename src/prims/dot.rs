@@ -3,6 +3,7 @@
 
 use super::Transpose;
 use super::elementwise::flush;
+use super::reduce::{Reduce, ReduceOp};
 use super::util::{check_axes, expect_arity, indices, list, strides};
 use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
@@ -106,6 +107,43 @@ impl Dot {
             rhs_contract: renumber(&self.rhs_contract, &rhs_to),
         };
         Some((dot, lhs, rhs))
+    }
+
+    /// A long contraction with a small result (a weight gradient: `[N, H]` activations
+    /// contracted with `[N, O]` cotangents over the N samples) lowered as `N / SPLIT`
+    /// contractions of `SPLIT` samples each, summed. XLA's CPU kernels stream such a dot
+    /// through both operands for each block of the result and run it 1.3-2.2x slower than
+    /// the split one, whose pieces stay in cache (measured for N = 2,560-32,768 and
+    /// results of 4x64 to 64x64). The sum's order changes: f32 results agree to rounding.
+    fn lower_split(
+        &self,
+        cx: &mut LowerCx,
+        args: &[String],
+        arg_tys: &[ArrayTy],
+        outs: &[ArrayTy],
+    ) -> Option<Vec<String>> {
+        const SPLIT: usize = 128;
+        let ([lc], [rc]) = (&self.lhs_contract[..], &self.rhs_contract[..]) else { return None };
+        let (l, r) = (&arg_tys[0], &arg_tys[1]);
+        let n = l.shape[*lc];
+        let small = outs[0].shape.iter().product::<usize>() <= 1 << 14;
+        if !self.lhs_batch.is_empty() || l.dtype != DType::F32 || n % SPLIT != 0 || n < 16 * SPLIT || !small {
+            return None;
+        }
+        let split = |ty: &ArrayTy, d: usize| {
+            let mut shape = ty.shape.clone();
+            shape.splice(d..=d, [n / SPLIT, SPLIT]);
+            ArrayTy::new(ty.dtype, shape)
+        };
+        let (lhs_ty, rhs_ty) = (split(l, *lc), split(r, *rc));
+        let lhs = reshaped(cx, &args[0], l, &lhs_ty);
+        let rhs = reshaped(cx, &args[1], r, &rhs_ty);
+        let pieces =
+            Dot { lhs_batch: vec![*lc], rhs_batch: vec![*rc], lhs_contract: vec![lc + 1], rhs_contract: vec![rc + 1] };
+        let pieces_ty = ArrayTy::new(DType::F32, pieces.out_shape(&lhs_ty.shape, &rhs_ty.shape));
+        let y = pieces.lower(cx, &[lhs, rhs], &[lhs_ty, rhs_ty], std::slice::from_ref(&pieces_ty)).remove(0);
+        let sum = Reduce { op: ReduceOp::Sum, axes: vec![0] };
+        Some(sum.lower(cx, &[y], &[pieces_ty], outs))
     }
 }
 
@@ -222,6 +260,9 @@ impl Rules for Dot {
             let out_ty = ArrayTy::new(dtype, dot.out_shape(&lhs_ty.shape, &rhs_ty.shape));
             let y = dot.lower(cx, &[l, r], &[lhs_ty, rhs_ty], std::slice::from_ref(&out_ty)).remove(0);
             return vec![reshaped(cx, &y, &out_ty, &outs[0])];
+        }
+        if let Some(lowered) = self.lower_split(cx, args, arg_tys, outs) {
+            return lowered;
         }
         // Empty dimension lists are left out, as MLIR prints them.
         let fields = [
