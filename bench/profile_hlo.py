@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Where an XLA program's time goes, thunk by thunk, and A/B timing of programs.
+
+podc's programs reach XLA as HLO; `XLA_FLAGS="--xla_dump_to=DIR --xla_dump_hlo_as_proto"`
+makes the CPU plugin write them (`DIR/module_*.before_optimizations.hlo.pb`). This script
+compiles such a dump with jaxlib and runs it under `jax.profiler`, whose trace has one
+event per XLA thunk (a fusion, a dot, a while loop), and sums them by name; the same for
+bench/purejaxrl.py's program, so that the two can be read side by side. Only jaxlib's CPU
+client reports thunks to the profiler, so profiles are of jaxlib's XLA; `ab` times dumps
+on podc's CPU plugin itself (loaded into jax as a PJRT plugin) or on jaxlib's, calls
+interleaved, which is how a change to podc's lowering is measured.
+
+    # podc's A2C program, dumped, then profiled
+    XLA_FLAGS="--xla_dump_to=/tmp/d --xla_dump_hlo_as_proto --xla_dump_hlo_module_re=anakin_train" \\
+        podc bench train examples/cartpole_a2c.pod --envs 1024 --runs 1 --no-cache
+    python bench/profile_hlo.py hlo /tmp/d/module_0000.anakin_train.before_optimizations.hlo.pb
+    python bench/profile_hlo.py purejaxrl --algo a2c --env cartpole     # the JAX side
+    python bench/profile_hlo.py ab --backend plugin OLD.hlo.pb NEW.hlo.pb
+
+Inputs are zeros (f32 0.01): the timing of these programs does not depend on the values.
+The summary groups thunks by how often they run per call (per env step, per update, per
+call) and by kind (dot, copy/transpose, while, reduce, other); nested thunks (a while
+loop's body) are counted in their loop too.
+"""
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PLUGIN = "~/.cache/podracer/fastatomstruct-xla-cpu-2026.6.23/fastatomstruct_xla_cpu/libpjrt_cpu.so"
+DTYPES = {"f32": np.float32, "s32": np.int32, "u32": np.uint32, "pred": np.bool_, "u8": np.uint8}
+SKIP = ("$", "Thunk", "end:", "Threadpool", "shard_args", "Common", "PjRt")
+
+
+def hlo_module(path):
+    """The HloModuleProto inside a dumped HloProto (field 1)."""
+    pb = open(path, "rb").read()
+    if pb[0] != 0x0A:
+        sys.exit(f"{path}: not an XLA HloProto dump (--xla_dump_hlo_as_proto)")
+    i, n, shift = 1, 0, 0
+    while True:
+        b = pb[i]
+        n |= (b & 0x7F) << shift
+        shift, i = shift + 7, i + 1
+        if b < 0x80:
+            return pb[i:i + n]
+
+
+def load(path, client):
+    """(executable, argument arrays) for a dumped module on `client`."""
+    from jax._src.lib import xla_client as xc
+
+    mlir = xc._xla.mlir.hlo_to_stablehlo(hlo_module(path))
+    exe = client.compile_and_load(mlir, client.devices()[:1], xc.CompileOptions())
+    layout = exe.hlo_modules()[0].to_string().split("entry_computation_layout={(")[1].split(")->")[0]
+    args = []
+    for m in re.finditer(r"(f32|s32|u32|pred|u8)\[([0-9,]*)\]", layout):
+        shape = tuple(int(x) for x in m.group(2).split(",") if x)
+        dtype = DTYPES[m.group(1)]
+        args.append(np.full(shape, 0.01, dtype) if dtype == np.float32 else np.zeros(shape, dtype))
+    return exe, args
+
+
+def call_of(exe, args, device):
+    import jax
+
+    def call():  # podc's programs donate their state: fresh buffers every call
+        jax.block_until_ready(exe.execute([jax.device_put(a, device) for a in args]))
+
+    return call
+
+
+def profile(call, calls, top):
+    """Runs `call` once, then `calls` times under the profiler; prints the thunks."""
+    import jax
+
+    call()
+    trace = tempfile.mkdtemp(prefix="profile_hlo-")
+    t0 = time.perf_counter()
+    jax.profiler.start_trace(trace, create_perfetto_trace=True)
+    for _ in range(calls):
+        call()
+    jax.profiler.stop_trace()
+    wall = (time.perf_counter() - t0) / calls
+    events = json.load(gzip.open(glob.glob(f"{trace}/**/*.trace.json.gz", recursive=True)[-1]))["traceEvents"]
+    shutil.rmtree(trace)
+    total, count = collections.Counter(), collections.Counter()
+    for e in events:
+        if e.get("ph") == "X" and not e["name"].startswith(SKIP):
+            total[e["name"]] += e["dur"] / 1000 / calls
+            count[e["name"]] += 1
+    print(f"{wall * 1e3:.1f} ms per call (profiled), {calls} calls")
+    print(f"{'ms/call':>9} {'runs/call':>9}  thunk")
+    for name, ms in total.most_common(top):
+        print(f"{ms:9.2f} {count[name] / calls:9.0f}  {name}")
+    per = max(count.values()) / calls if count else 1
+    groups = collections.Counter()
+    for name, ms in total.items():
+        runs = count[name] / calls
+        when = "per call" if runs <= 1 else ("per step" if runs >= per / 2 else "per update")
+        base = re.sub(r"\.\d+$", "", name)
+        kind = ("dot" if base.startswith(("ynn", "dot")) else "copy/transpose" if "copy" in base or "transpose" in base
+                else "while" if base.startswith("while") else "reduce" if "reduce" in base else "other")
+        groups[(when, kind)] += ms
+    print("\nby frequency and kind (ms/call):")
+    for (when, kind), ms in sorted(groups.items()):
+        print(f"  {when:10s} {kind:15s} {ms:9.2f}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="mode", required=True)
+    h = sub.add_parser("hlo", help="profile a dumped module under jaxlib")
+    h.add_argument("path")
+    p = sub.add_parser("purejaxrl", help="profile bench/purejaxrl.py's program under jaxlib")
+    p.add_argument("--algo", choices=["a2c", "ppo"], default="a2c")
+    p.add_argument("--env", choices=["catch", "cartpole"], default="cartpole")
+    p.add_argument("--envs", type=int, default=1024)
+    p.add_argument("--rollout", type=int)
+    p.add_argument("--updates-per-call", type=int)
+    a = sub.add_parser("ab", help="time dumped modules, calls interleaved")
+    a.add_argument("paths", nargs="+")
+    a.add_argument("--backend", choices=["plugin", "jaxlib"], default="plugin")
+    a.add_argument("--plugin", default=PLUGIN, help="the PJRT plugin (default: podc's cached CPU plugin)")
+    a.add_argument("--rounds", type=int, default=10)
+    for s in (h, p):
+        s.add_argument("--calls", type=int, default=3)
+        s.add_argument("--top", type=int, default=30)
+    args = ap.parse_args()
+
+    import jax
+
+    if args.mode == "ab":
+        platform = "cpu"
+        if args.backend == "plugin":
+            from jax._src import xla_bridge
+
+            xla_bridge.register_plugin("podc_cpu", library_path=os.path.expanduser(args.plugin))
+            platform = "podc_cpu"
+        device = jax.devices(platform)[0]
+        calls = [call_of(*load(path, device.client), device) for path in args.paths]
+        times = [[] for _ in calls]
+        for _ in range(args.rounds + 1):  # the first round warms up
+            for call, ts in zip(calls, times):
+                t0 = time.perf_counter()
+                call()
+                ts.append(time.perf_counter() - t0)
+        base = statistics.median(times[0][1:])
+        for path, ts in zip(args.paths, times):
+            med = statistics.median(ts[1:])
+            print(f"{med * 1e3:9.1f} ms  {med / base:5.2f}x  {path}")
+    elif args.mode == "hlo":
+        device = jax.devices("cpu")[0]
+        profile(call_of(*load(args.path, device.client), device), args.calls, args.top)
+    else:
+        sys.path.insert(0, HERE)
+        import purejaxrl
+
+        t = args.rollout or (16 if args.algo == "a2c" else 128)
+        k = args.updates_per_call or (10 if args.algo == "a2c" else 1)
+        fn, runner = purejaxrl.build(args.algo, args.env, args.envs, t, k, 1, 4, 4, 0, True)
+        compiled = jax.jit(fn, donate_argnums=0).lower(runner).compile()
+        state = [runner]
+
+        def call():
+            state[0], metrics = jax.block_until_ready(compiled(state[0]))
+
+        profile(call, args.calls, args.top)
+
+
+if __name__ == "__main__":
+    main()
