@@ -3,11 +3,14 @@
 
 For each configuration the two are run alternately, ROUNDS times each, so that the noise
 of a shared machine hits both; each side's figure is the median over the rounds (each
-round's steps/s is itself the median of `--runs` timed calls). Prints a markdown table;
-the ratios are podc / JAX (compile: below 1 is podc faster; throughput: above 1 is).
+round's steps/s is itself the median of `--runs` timed calls, each call waited for on
+both sides). Compile times are cold on both sides: every round is a fresh process, podc
+with `PODC_NO_CACHE=1`, purejaxrl.py with JAX's persistent compilation cache off. Prints
+a markdown table, the ratios podc / JAX (compile: below 1 is podc faster; throughput:
+above 1 is), then per workload each side's best D and the ratio of the two.
 
     python3 bench/compare_train.py [--rounds 3] [--runs 5] [--podc target/release/podc]
-        [--configs a2c:catch:1024:16:10:1 ppo:cartpole:256:128:4:2 ...]
+        [--configs a2c:catch:1024:16:10:1 ppo:cartpole:1024:128:1:2 ...]
 
 A configuration is ALGO:ENV:B:T:K:D (envs, rollout, updates per call, devices). Needs a
 release build of podc (`cargo build --release`) and the venv of bench/setup.sh (`$VENV`,
@@ -30,9 +33,9 @@ PROGRAMS = {
 DEFAULT_CONFIGS = [
     "a2c:catch:1024:16:10:1", "a2c:catch:1024:16:10:2",
     "a2c:cartpole:1024:16:10:1", "a2c:cartpole:1024:16:10:2",
-    # PureJaxRL's PPO update shape (T=128, 4 epochs x 4 minibatches) with B raised from its 4
-    # to 256, so that one call (K=4: 131k env steps) is work, not dispatch, and lasts ~1 s here.
-    "ppo:cartpole:256:128:4:1", "ppo:cartpole:256:128:4:2",
+    # PureJaxRL's PPO update shape (T=128, 4 epochs x 4 minibatches) at the same B as A2C: one
+    # call (K=1) is 131k env steps and 16 gradient steps on 32k-step minibatches.
+    "ppo:cartpole:1024:128:1:1", "ppo:cartpole:1024:128:1:2",
 ]
 
 
@@ -78,6 +81,7 @@ def main():
         configs = [parse_config(c) for c in args.configs]
     except ValueError as e:
         ap.error(str(e))
+    os.environ["PODC_NO_CACHE"] = "1"  # podc's compile is cold, as JAX's is in a fresh process
     podc = os.path.join(ROOT, args.podc)
     if not os.access(podc, os.X_OK):
         ap.error(f"no podc binary at {podc}: run `cargo build --release` or pass --podc")
@@ -89,6 +93,7 @@ def main():
           f"of median-of-{args.runs} calls; ratios are podc / JAX\n")
     print("| config | podc compile s | JAX compile s | compile ratio | podc steps/s | JAX steps/s | throughput ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|")
+    best = {}  # (algo, env, B, T, K) -> per side, the best (steps/s, D)
     for algo, env, b, t, k, d in configs:
         size = ["--envs", str(b), "--rollout", str(t), "--updates-per-call", str(k), "--devices", str(d),
                 "--runs", str(args.runs), "--json"]
@@ -101,6 +106,11 @@ def main():
         sp, sj = med(ours, "steps_per_sec"), med(theirs, "steps_per_sec")
         print(f"| {algo} {env} B={b} T={t} K={k} D={d} | {cp:.2f} | {cj:.2f} | {cp / cj:.2f} "
               f"| {sp:,.0f} | {sj:,.0f} | {sp / sj:.2f} |", flush=True)
+        sides = best.setdefault((algo, env, b, t, k), [(0, 0), (0, 0)])
+        sides[0], sides[1] = max(sides[0], (sp, d)), max(sides[1], (sj, d))
+    print("\n| workload | podc best (D) | JAX best (D) | ratio |\n|---|---:|---:|---:|")
+    for (algo, env, b, t, k), ((sp, dp), (sj, dj)) in best.items():
+        print(f"| {algo} {env} B={b} T={t} K={k} | {sp:,.0f} ({dp}) | {sj:,.0f} ({dj}) | {sp / sj:.2f} |")
 
 
 if __name__ == "__main__":

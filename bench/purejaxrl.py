@@ -1,15 +1,25 @@
 #!/usr/bin/env python3
-"""JAX baseline for `podc bench train`: PureJaxRL-style Anakin A2C and PPO.
+"""JAX baseline for `podc bench train`: PureJaxRL-style Anakin A2C and PPO, tuned for XLA:CPU.
 
 One call of the compiled function runs K updates (`lax.scan`). Each update rolls out
 T steps of B auto-resetting gymnax envs (vmapped; B/D per device), computes the loss
-and its gradient, averages the gradient over D devices (`pmap` + `lax.pmean`) and takes
-an Adam step. The envs, episode bookkeeping and the optimiser state carry over from one
-call to the next, so successive calls keep training.
+and its gradient, averages the gradient over D devices (`lax.pmean`) and takes an Adam
+step. The envs, episode bookkeeping and the optimiser state carry over from one call to
+the next, so successive calls keep training. D = 1 is `jax.jit`; D > 1 is
+`jax.jit(jax.shard_map(...))` over a mesh of D CPU devices (`--parallel pmap` for
+`jax.pmap`). The training state is donated to each call.
 
-Reports the compile time (wall time of `lower(...).compile()`) and env steps/s =
-B*T*K / t for each of `--runs` calls made after one warm-up call (each ended by
-`block_until_ready`); `steps_per_sec` is their median.
+What makes it fast on CPU (bench/README.md has the measurements): the loss runs on the
+rollout flattened to [T*B, ...] rows (`--loss-layout rollout` keeps [T, B, ...], which
+makes XLA copy every [T, B, 64] activation gradient to a transposed layout). No XLA
+flag that was tried helped beyond the noise, so it sets none but the device count.
+
+Reports the compile time (wall time of `lower(...).compile()`, in a fresh process with
+JAX's persistent compilation cache off) and env steps/s = B*T*K / t over `--runs` timed
+measurements after one warm-up call; `steps_per_sec` is their median. Each measurement
+is one call ended by `block_until_ready`, as `podc bench train` times a call (it returns
+once the call's metrics are downloaded); `--pipeline N` times N calls dispatched back to
+back with one wait at the end instead.
 
     python bench/purejaxrl.py --algo a2c --env catch --envs 1024 --rollout 16 \\
         --updates-per-call 10 --devices 2 --runs 5 --json
@@ -34,8 +44,10 @@ PPO_CLIP = 0.2
 LR = {"a2c": 7e-4, "ppo": 2.5e-4}
 
 
-def build(algo, env_name, num_envs, rollout, updates, devices, epochs, minibatches, seed):
-    """Returns (fn, runner): fn(runner) -> (runner, metrics), not yet jitted/pmapped."""
+def build(algo, env_name, num_envs, rollout, updates, devices, epochs, minibatches, seed, flatten):
+    """Returns (fn, runner): fn(runner) -> (runner, metrics) for one device's share of
+    the envs (collectives over axis "d" when D > 1), not yet jitted; the runner is
+    stacked over a leading device axis when D > 1."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -115,17 +127,24 @@ def build(algo, env_name, num_envs, rollout, updates, devices, epochs, minibatch
         return pg + VF_COEF * vf - ENT_COEF * ent, (pg, vf, ent)
 
     def sgd_step(params, opt_state, loss_fn, *batch):
+        """One gradient step on a batch of [N, M, ...] arrays (time-major rollout or
+        env-major minibatch), flattened to [N*M, ...] rows first unless `flatten` is off."""
+        if flatten:
+            batch = [x.reshape(-1, *x.shape[2:]) for x in batch]
         (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, *batch)
         updates, opt_state = tx.update(pmean(grads), opt_state)
         return optax.apply_updates(params, updates), opt_state, (loss, *aux)
 
     def ppo_epochs(params, opt_state, key, batch):
+        """As examples/cartpole_ppo.pod: every epoch the device's envs are shuffled and
+        split into `minibatches` groups, each a minibatch of all T steps of its envs."""
+        batch = [jnp.swapaxes(x, 0, 1) for x in batch]  # env-major [B, T, ...]: a minibatch is whole rows
+
         def epoch(carry, _):
             params, opt_state, key = carry
             key, k_perm = jax.random.split(key)
-            perm = jax.random.permutation(k_perm, rollout * local)
-            shuffled = [jnp.take(x.reshape(rollout * local, *x.shape[2:]), perm, axis=0) for x in batch]
-            mbs = [x.reshape(minibatches, -1, *x.shape[1:]) for x in shuffled]
+            order = jax.random.permutation(k_perm, local).reshape(minibatches, -1)
+            mbs = [jnp.take(x, order, axis=0) for x in batch]  # [minibatches, B/minibatches, T, ...]
 
             def minibatch(carry, mb):
                 params, opt_state = carry
@@ -179,6 +198,34 @@ def build(algo, env_name, num_envs, rollout, updates, devices, epochs, minibatch
     return call, jax.tree.map(lambda *xs: jnp.stack(xs), *per_device)
 
 
+def compile_for(fn, runner, devices, parallel):
+    """(compiled, runner on the devices, compile seconds): the jitted (D = 1) or
+    device-parallel function compiled for `runner`, which it donates."""
+    import jax
+
+    devs = jax.devices()[:devices]
+    if devices == 1:
+        wrapped, runner = jax.jit(fn, donate_argnums=0), jax.device_put(runner, devs[0])
+    elif parallel == "pmap":
+        wrapped = jax.pmap(fn, axis_name="d", devices=devs, donate_argnums=0)
+    else:
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+        mesh = Mesh(np.array(devs), ("d",))
+
+        def per_device(runner):  # each device's block has a leading axis of 1
+            runner, metrics = fn(jax.tree.map(lambda x: x[0], runner))
+            return jax.tree.map(lambda x: x[None], runner), metrics
+
+        # The metrics are psum/pmean results, the same on every device: out spec P().
+        wrapped = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P("d"), out_specs=(P("d"), P())),
+                          donate_argnums=0)
+        runner = jax.device_put(runner, NamedSharding(mesh, P("d")))
+    t0 = time.perf_counter()
+    compiled = wrapped.lower(runner).compile()
+    return compiled, runner, time.perf_counter() - t0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--algo", choices=["a2c", "ppo"], default="a2c")
@@ -189,69 +236,82 @@ def main(argv=None):
     ap.add_argument("--devices", type=int, default=1, help="devices D (CPU: forced host devices)")
     ap.add_argument("--epochs", type=int, default=4, help="PPO epochs per update")
     ap.add_argument("--minibatches", type=int, default=4, help="PPO minibatches per epoch")
-    ap.add_argument("--runs", type=int, default=5, help="timed calls (median is reported); at least 1")
+    ap.add_argument("--runs", type=int, default=5, help="timed measurements (median is reported); at least 1")
+    ap.add_argument("--pipeline", type=int, default=1, metavar="N",
+                    help="calls per timed measurement, dispatched back to back with one wait at the end "
+                         "(1, the default: each call waited for, as podc bench train)")
+    ap.add_argument("--parallel", choices=["shard_map", "pmap"], default="shard_map",
+                    help="for D > 1: jax.jit(jax.shard_map(...)) over a device mesh, or jax.pmap")
+    ap.add_argument("--loss-layout", choices=["flat", "rollout"], default="flat",
+                    help="the loss on [T*B, ...] rows, or on the rollout's own [T, B, ...] (slower)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--expect-return", type=float, metavar="R",
                     help="exit with status 1 unless the last call's mean episode return is at least R")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     a = ap.parse_args(argv)
-    for flag in ("envs", "rollout", "updates_per_call", "devices", "epochs", "minibatches", "runs"):
+    for flag in ("envs", "rollout", "updates_per_call", "devices", "epochs", "minibatches", "runs", "pipeline"):
         if getattr(a, flag) < 1:
             ap.error(f"--{flag.replace('_', '-')} must be >= 1")
     if a.envs % a.devices:
         ap.error(f"--envs {a.envs} is not a multiple of --devices {a.devices}")
-    if a.algo == "ppo" and (a.rollout * a.envs // a.devices) % a.minibatches:
-        ap.error(f"the per-device batch T*B/D = {a.rollout * a.envs // a.devices} "
-                 f"does not split into {a.minibatches} minibatches")
+    if a.algo == "ppo" and (a.envs // a.devices) % a.minibatches:
+        ap.error(f"the per-device envs B/D = {a.envs // a.devices} do not split into {a.minibatches} minibatches")
 
     # Must precede the first import of jax: the CPU client reads it once.
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "xla_force_host_platform_device_count" not in f]
     os.environ["XLA_FLAGS"] = " ".join(flags + [f"--xla_force_host_platform_device_count={a.devices}"])
     import jax
 
+    jax.config.update("jax_enable_compilation_cache", False)  # a cold compile, as podc's is measured
     if len(jax.devices()) < a.devices:
         ap.error(f"--devices {a.devices}: only {len(jax.devices())} {jax.default_backend()} devices")
     fn, runner = build(a.algo, a.env, a.envs, a.rollout, a.updates_per_call, a.devices, a.epochs, a.minibatches,
-                       a.seed)
-    wrapped = jax.jit(fn) if a.devices == 1 else jax.pmap(fn, axis_name="d", devices=jax.devices()[:a.devices])
-    t0 = time.perf_counter()
-    compiled = wrapped.lower(runner).compile()
-    compile_s = time.perf_counter() - t0
+                       a.seed, a.loss_layout == "flat")
+    compiled, runner, compile_s = compile_for(fn, runner, a.devices, a.parallel)
 
-    def one_call(runner):
+    def measure(runner, calls):
+        """Runs `calls` calls back to back, then waits: (runner, their metrics, seconds)."""
+        outs = []
         t0 = time.perf_counter()
-        runner, metrics = jax.block_until_ready(compiled(runner))
+        for _ in range(calls):
+            runner, metrics = compiled(runner)
+            outs.append(metrics)
+        jax.block_until_ready((runner, outs))
         elapsed = time.perf_counter() - t0
-        metrics = {k: float(np.asarray(v).reshape(-1)[0]) for k, v in metrics.items()}  # replicated over devices
-        return runner, metrics, elapsed
+        # Replicated over devices: the first element is every device's value.
+        return runner, [{k: float(np.asarray(v).reshape(-1)[0]) for k, v in m.items()} for m in outs], elapsed
 
     steps = a.envs * a.rollout * a.updates_per_call
-    rates, history = [], []
-    for _ in range(1 + a.runs):  # the first call is the untimed warm-up
-        runner, metrics, elapsed = one_call(runner)
-        rates.append(steps / elapsed)
-        history.append(metrics)
-    warmup_rate, rates = rates[0], rates[1:]
+    runner, history, elapsed = measure(runner, 1)  # the untimed warm-up
+    warmup_rate, rates = steps / elapsed, []
+    for _ in range(a.runs):
+        runner, metrics, elapsed = measure(runner, a.pipeline)
+        rates.append(steps * a.pipeline / elapsed)
+        history += metrics
     last = history[-1]
     mean_return = last["return_sum"] / last["episodes"] if last["episodes"] else float("nan")
 
     out = {"compile_s": compile_s, "steps_per_sec": statistics.median(rates), "runs": rates, "envs": a.envs,
            "rollout": a.rollout, "updates_per_call": a.updates_per_call, "devices": a.devices, "algo": a.algo,
-           "env": a.env, "mean_return": mean_return, "backend": jax.default_backend(), "jax": jax.__version__}
+           "env": a.env, "mean_return": mean_return, "pipeline": a.pipeline, "parallel": a.parallel,
+           "loss_layout": a.loss_layout, "xla_flags": os.environ["XLA_FLAGS"], "backend": jax.default_backend(),
+           "jax": jax.__version__}
     if a.algo == "ppo":
         out.update(epochs=a.epochs, minibatches=a.minibatches)
     if a.json:
         print(json.dumps(out))
     else:
         print(f"{a.algo} on {ENVS[a.env]}: B={a.envs} T={a.rollout} K={a.updates_per_call} D={a.devices} "
-              f"backend={out['backend']} jax={out['jax']}")
+              f"backend={out['backend']} jax={out['jax']} XLA_FLAGS={out['xla_flags']!r}")
         print(f"  compile      {compile_s:.3f} s")
-        for i, (m, r) in enumerate(zip(history, [warmup_rate] + rates)):
+        per_call = [warmup_rate] + [r for r in rates for _ in range(a.pipeline)]
+        for i, (m, r) in enumerate(zip(history, per_call)):
             ret = m["return_sum"] / m["episodes"] if m["episodes"] else float("nan")
             length = m["length_sum"] / m["episodes"] if m["episodes"] else float("nan")
             print(f"  call {i:3d}{'*' if i == 0 else ' '}: {r:12,.0f} steps/s  episodes {m['episodes']:8.0f}  return {ret:8.3f}  "
                   f"length {length:6.1f}  loss {m['loss']:8.4f}  entropy {m['entropy']:.3f}")
-        print(f"  throughput   {out['steps_per_sec']:,.0f} env steps/s (median of calls 1..{a.runs}; *: warm-up)")
+        print(f"  throughput   {out['steps_per_sec']:,.0f} env steps/s (median of {a.runs} measurements of "
+              f"{a.pipeline} call(s) each; *: warm-up)")
     if a.expect_return is not None and not mean_return >= a.expect_return:
         print(f"mean episode return {mean_return:.3f} of the last call is below --expect-return {a.expect_return}",
               file=sys.stderr)
