@@ -18,9 +18,9 @@ interleaved, which is how a change to podc's lowering is measured.
     python bench/profile_hlo.py ab --backend plugin OLD.hlo.pb NEW.hlo.pb
 
 Inputs are zeros (f32 0.01): the timing of these programs does not depend on the values.
-The summary groups thunks by how often they run per call (per env step, per update, per
-call) and by kind (dot, copy/transpose, while, reduce, other); nested thunks (a while
-loop's body) are counted in their loop too.
+The summary groups thunks by how often they run per call (T x K times: once per env step;
+K times: once per update) and by kind (dot, copy/transpose, while, reduce, other); nested
+thunks (a while loop's body) are counted in their loop too.
 """
 import argparse
 import collections
@@ -87,12 +87,12 @@ def profile(call, calls, top):
 
     call()
     trace = tempfile.mkdtemp(prefix="profile_hlo-")
-    t0 = time.perf_counter()
     jax.profiler.start_trace(trace, create_perfetto_trace=True)
+    t0 = time.perf_counter()
     for _ in range(calls):
         call()
-    jax.profiler.stop_trace()
     wall = (time.perf_counter() - t0) / calls
+    jax.profiler.stop_trace()
     events = json.load(gzip.open(glob.glob(f"{trace}/**/*.trace.json.gz", recursive=True)[-1]))["traceEvents"]
     shutil.rmtree(trace)
     total, count = collections.Counter(), collections.Counter()
@@ -104,19 +104,15 @@ def profile(call, calls, top):
     print(f"{'ms/call':>9} {'runs/call':>9}  thunk")
     for name, ms in total.most_common(top):
         print(f"{ms:9.2f} {count[name] / calls:9.0f}  {name}")
-    per = max(count.values()) / calls if count else 1
     groups = collections.Counter()
     for name, ms in total.items():
-        runs = count[name] / calls
-        when = "per call" if runs <= 1 else ("per step" if runs >= per / 2 else "per update")
         base = re.sub(r"\.\d+$", "", name)
         kind = ("dot" if base.startswith(("ynn", "dot")) else "copy/transpose" if "copy" in base or "transpose" in base
                 else "while" if base.startswith("while") else "reduce" if "reduce" in base else "other")
-        groups[(when, kind)] += ms
-    print("\nby frequency and kind (ms/call):")
-    for (when, kind), ms in sorted(groups.items()):
-        print(f"  {when:10s} {kind:15s} {ms:9.2f}")
-
+        groups[(count[name] / calls, kind)] += ms
+    print("\nby runs per call and kind (ms/call):")
+    for (runs, kind), ms in sorted(groups.items()):
+        print(f"  {runs:7.0f} x  {kind:15s} {ms:9.2f}")
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
