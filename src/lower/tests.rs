@@ -220,12 +220,12 @@ fn nested_loops() -> Func {
 pub(crate) fn fixtures() -> Vec<(&'static str, Func)> {
     vec![
         ("dense_layer", dense_layer()),
-        ("weight_gradient", weight_gradient()),
         ("elementwise", elementwise()),
         ("dynamic_indexing", dynamic_indexing()),
         ("loop_with_consts", loop_with_consts()),
         ("nested_loops", nested_loops()),
         ("gather_scatter", gather_scatter()),
+        ("weight_gradient", weight_gradient()),
     ]
 }
 
