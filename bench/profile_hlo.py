@@ -16,6 +16,8 @@ interleaved, which is how a change to podc's lowering is measured.
     python bench/profile_hlo.py hlo /tmp/d/module_0000.anakin_train.before_optimizations.hlo.pb
     python bench/profile_hlo.py purejaxrl --algo a2c --env cartpole     # the JAX side
     python bench/profile_hlo.py ab --backend plugin OLD.hlo.pb NEW.hlo.pb
+    python bench/profile_hlo.py ab --backend plugin,jaxlib OLD.hlo.pb NEW.hlo.pb
+    python bench/profile_hlo.py split                                   # dot_general's split
 
 Inputs are zeros (f32 0.01): the timing of these programs does not depend on the values.
 The summary groups thunks by how often they run per call (T x K times: once per env step;
@@ -114,6 +116,40 @@ def profile(call, calls, top):
     for (runs, kind), ms in sorted(groups.items()):
         print(f"  {runs:7.0f} x  {kind:15s} {ms:9.2f}")
 
+def split_bench(args):
+    """`[N, M]ᵀ · [N, O]` (a weight gradient) as one dot and as N/c dots of c rows summed,
+    which is how podc lowers it for c = 128 (`prims::dot`, `Dot::lower_split`)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+    from jax._src import xla_bridge
+
+    xla_bridge.register_plugin("podc_cpu", library_path=os.path.expanduser(args.plugin))
+    device = jax.devices("podc_cpu")[0]
+
+    def pieces(n, c):
+        return lambda x, g: lax.dot_general(x.reshape(n // c, c, -1), g.reshape(n // c, c, -1),
+                                            (((1,), (1,)), ((0,), (0,)))).sum(0)
+
+    cases = {}
+    for n, m, o in [(16384, 64, 64), (16384, 4, 64), (16384, 50, 64), (32768, 64, 64), (16384, 64, 2), (2560, 256, 6)]:
+        x, g = jax.device_put(jnp.ones((n, m)), device), jax.device_put(jnp.ones((n, o)), device)
+        fns = {"whole": lambda x, g: lax.dot_general(x, g, (((0,), (0,)), ((), ())))}
+        fns.update({f"c={c}": pieces(n, c) for c in (64, 128, 256, 512) if n % c == 0})
+        for name, f in fns.items():
+            cases[(f"{n}x{m}x{o}", name)] = (jax.jit(f).lower(x, g).compile(), x, g, [])
+    for _ in range(args.rounds):
+        for exe, x, g, ts in cases.values():
+            exe(x, g).block_until_ready()
+            t0 = time.perf_counter()
+            for _ in range(20):
+                out = exe(x, g)
+            out.block_until_ready()
+            ts.append((time.perf_counter() - t0) / 20)
+    for (shape, name), (_, _, _, ts) in cases.items():
+        print(f"{shape:>14s} {name:6s} {statistics.median(ts) * 1e3:8.3f} ms")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="mode", required=True)
@@ -127,9 +163,13 @@ def main():
     p.add_argument("--updates-per-call", type=int)
     a = sub.add_parser("ab", help="time dumped modules, calls interleaved")
     a.add_argument("paths", nargs="+")
-    a.add_argument("--backend", choices=["plugin", "jaxlib"], default="plugin")
+    a.add_argument("--backend", default="plugin", choices=["plugin", "jaxlib", "plugin,jaxlib"],
+                   help="where the dumps run; both: in one process, all calls interleaved")
     a.add_argument("--plugin", default=PLUGIN, help="the PJRT plugin (default: podc's cached CPU plugin)")
     a.add_argument("--rounds", type=int, default=10)
+    sp = sub.add_parser("split", help="weight-gradient dots whole and split into pieces, on the plugin")
+    sp.add_argument("--plugin", default=PLUGIN)
+    sp.add_argument("--rounds", type=int, default=5)
     for s in (h, p):
         s.add_argument("--calls", type=int, default=3)
         s.add_argument("--top", type=int, default=30)
@@ -138,14 +178,16 @@ def main():
     import jax
 
     if args.mode == "ab":
-        platform = "cpu"
-        if args.backend == "plugin":
+        backends = args.backend.split(",")
+        if "plugin" in backends:
             from jax._src import xla_bridge
 
             xla_bridge.register_plugin("podc_cpu", library_path=os.path.expanduser(args.plugin))
-            platform = "podc_cpu"
-        device = jax.devices(platform)[0]
-        calls = [call_of(*load(path, device.client), device) for path in args.paths]
+        runs = [(b, path) for b in backends for path in args.paths]
+        calls = []
+        for b, path in runs:
+            device = jax.devices("podc_cpu" if b == "plugin" else "cpu")[0]
+            calls.append(call_of(*load(path, device.client), device))
         times = [[] for _ in calls]
         for _ in range(args.rounds + 1):  # the first round warms up
             for call, ts in zip(calls, times):
@@ -153,9 +195,11 @@ def main():
                 call()
                 ts.append(time.perf_counter() - t0)
         base = statistics.median(times[0][1:])
-        for path, ts in zip(args.paths, times):
+        for (b, path), ts in zip(runs, times):
             med = statistics.median(ts[1:])
-            print(f"{med * 1e3:9.1f} ms  {med / base:5.2f}x  {path}")
+            print(f"{med * 1e3:9.1f} ms  {med / base:5.2f}x  {b:6s} {path}")
+    elif args.mode == "split":
+        split_bench(args)
     elif args.mode == "hlo":
         device = jax.devices("cpu")[0]
         profile(call_of(*load(args.path, device.client), device), args.calls, args.top)

@@ -167,6 +167,13 @@ impl Array {
         }
     }
 
+    /// `n` copies of this array along a new leading axis (rows for [`Array::set_row`]).
+    pub fn stacked(&self, n: usize) -> Array {
+        let ty = self.ty();
+        let ty = ArrayTy::new(ty.dtype, std::iter::once(n).chain(ty.shape).collect());
+        Array::from_bytes(&ty, &self.to_bytes().repeat(n)).expect("n rows of the array's size")
+    }
+
     /// Replaces row `i` along the leading axis with `row`, an array of one row's shape and
     /// this array's dtype.
     pub fn set_row(&mut self, i: usize, row: &Array) {

@@ -111,10 +111,11 @@ impl Dot {
 
     /// A long contraction with a small result (a weight gradient: `[N, H]` activations
     /// contracted with `[N, O]` cotangents over the N samples) lowered as `N / SPLIT`
-    /// contractions of `SPLIT` samples each, summed. XLA's CPU kernels stream such a dot
-    /// through both operands for each block of the result and run it 1.3-2.2x slower than
-    /// the split one, whose pieces stay in cache (measured for N = 2,560-32,768 and
-    /// results of 4x64 to 64x64). The sum's order changes: f32 results agree to rounding.
+    /// contractions of `SPLIT` samples each, summed, whose pieces stay in cache. On the CPU
+    /// plugin the split dot ran 1.16-1.29x faster for 64x64 and 64x2 results at N =
+    /// 16,384-32,768, and slower for a 50x64 one (`bench/profile_hlo.py split`; the gains
+    /// were larger on a loaded machine; docs/performance.md). The sum's order changes: f32
+    /// results agree to rounding.
     fn lower_split(
         &self,
         cx: &mut LowerCx,

@@ -375,7 +375,7 @@ impl<'c> HostPolicy<'c> {
     /// The acting state of a run with `learner` from `key(seed)`.
     fn start(&self, learner: &[Array], seed: i64) -> Result<Acting, String> {
         let upload = |a: &Array| self.client.upload(a, 0).map_err(|e| e.to_string());
-        let carry = self.initial_carry.iter().map(|c| stacked(c, self.envs)).collect();
+        let carry = self.initial_carry.iter().map(|c| c.stacked(self.envs)).collect();
         Ok(Acting {
             key: upload(&crate::io::seed_key(seed))?,
             learner: learner.iter().map(upload).collect::<Result<_, _>>()?,
@@ -405,13 +405,6 @@ impl<'c> HostPolicy<'c> {
             }
         }
     }
-}
-
-/// `n` copies of `a` along a new leading axis.
-fn stacked(a: &Array, n: usize) -> Array {
-    let ty = a.ty();
-    let ty = crate::array::ArrayTy::new(ty.dtype, std::iter::once(n).chain(ty.shape).collect());
-    Array::from_bytes(&ty, &a.to_bytes().repeat(n)).expect("n rows of a's size")
 }
 
 /// Exactly `episodes` whole episodes of the host envs `env` (a batch of the policy's

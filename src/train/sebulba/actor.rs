@@ -4,7 +4,7 @@
 
 use super::policy::{PolicyStore, Want};
 use super::rollout::{self, Layout, Rollout};
-use crate::array::{Array, ArrayTy};
+use crate::array::Array;
 use crate::host::{self, EnvSpec, HostEnv, StepOut};
 use crate::runtime::{Buffer, Client, Executable};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -83,7 +83,7 @@ impl Actor {
             }
             let mut out = StepOut::new(env.spec(), n);
             env.reset(self.env_seed + (h * n) as u64, &mut out).map_err(|e| e.to_string())?;
-            let carry = self.initial_carry.iter().map(|c| stacked(c, n)).collect();
+            let carry = self.initial_carry.iter().map(|c| c.stacked(n)).collect();
             halves.push(Half { env, out, env0: h * n, ret: vec![0.0; n], len: vec![0; n], carry });
         }
         Ok(halves)
@@ -209,14 +209,6 @@ impl Actor {
         }
         Ok(())
     }
-}
-
-/// `n` copies of `a` along a new leading axis.
-fn stacked(a: &Array, n: usize) -> Array {
-    let bytes = a.to_bytes().repeat(n);
-    let ty = a.ty();
-    let ty = ArrayTy::new(ty.dtype, std::iter::once(n).chain(ty.shape).collect());
-    Array::from_bytes(&ty, &bytes).expect("n rows of a's size")
 }
 
 fn limit(t: Option<u64>) -> String {
