@@ -47,24 +47,8 @@ agent Blind for Count {
 }
 "#;
 
-/// A recurrent agent on Catch whose carry counts the steps of the episode: it follows the
-/// ball while the count is below 9 (an episode's length), and moves left after that. It
-/// catches every ball only if its carry starts afresh with every episode.
-const MEMO: &str = r#"use envs::catch::Catch;
-struct Metrics { loss: f32 }
-fn aim(obs: f32[10, 5]) -> i32 {
-    let (ball, paddle) = (argmax(sum(obs[0:9], 0)), argmax(obs[9]));
-    if ball > paddle { 2 } else { if ball < paddle { 0 } else { 1 } }
-}
-fn follow(c: f32[1], obs: f32[10, 5]) -> (i32, f32[1]) { (if c[0] < 9.0 { aim(obs) } else { 0 }, c + 1.0) }
-agent Memo for Catch {
-    fn init(key: Key) -> f32 { 0.0 }
-    fn initial_carry() -> f32[1] { zeros([1]) }
-    fn act(l: f32, c: f32[1], obs: f32[10, 5], key: Key) -> (i32, f32[1]) { follow(c, obs) }
-    fn greedy(l: f32, c: f32[1], obs: f32[10, 5]) -> (i32, f32[1]) { follow(c, obs) }
-    fn update<T, B>(l: f32, traj: Trajectory<T, B>, key: Key) -> (f32, Metrics) { (l, Metrics { loss: sum(traj.carry) }) }
-}
-"#;
+/// A recurrent agent on Catch whose carry must start afresh with every episode.
+const MEMO: &str = include_str!("fixtures/memo.pod");
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

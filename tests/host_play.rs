@@ -44,25 +44,8 @@ agent Still for Pong {
 }
 "#;
 
-/// A recurrent agent on Catch whose carry counts the steps of the episode: it follows the
-/// ball while the count is below 9 (an episode's length), and moves left after that. It
-/// catches every ball only if its carry starts afresh with every episode (as in
-/// tests/eval.rs, here through the `pod:` host env).
-const MEMO: &str = r#"use envs::catch::Catch;
-struct Metrics { loss: f32 }
-fn aim(obs: f32[10, 5]) -> i32 {
-    let (ball, paddle) = (argmax(sum(obs[0:9], 0)), argmax(obs[9]));
-    if ball > paddle { 2 } else { if ball < paddle { 0 } else { 1 } }
-}
-fn follow(c: f32[1], obs: f32[10, 5]) -> (i32, f32[1]) { (if c[0] < 9.0 { aim(obs) } else { 0 }, c + 1.0) }
-agent Memo for Catch {
-    fn init(key: Key) -> f32 { 0.0 }
-    fn initial_carry() -> f32[1] { zeros([1]) }
-    fn act(l: f32, c: f32[1], obs: f32[10, 5], key: Key) -> (i32, f32[1]) { follow(c, obs) }
-    fn greedy(l: f32, c: f32[1], obs: f32[10, 5]) -> (i32, f32[1]) { follow(c, obs) }
-    fn update<T, B>(l: f32, traj: Trajectory<T, B>, key: Key) -> (f32, Metrics) { (l, Metrics { loss: sum(traj.carry) }) }
-}
-"#;
+/// A recurrent agent on Catch whose carry must start afresh with every episode.
+const MEMO: &str = include_str!("fixtures/memo.pod");
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -174,22 +157,25 @@ fn frames_written(o: &Output) -> usize {
     n.unwrap_or_else(|| panic!("no `wrote FILE: N frames` in: {err}"))
 }
 
-/// A short Sebulba run on Gymnasium's CartPole of an agent with a `.pod` env of its own:
-/// `podc eval` runs it on the host env it trained on, not on the `.pod` one.
+/// A short Sebulba run of an agent with a `.pod` env of its own, on a Gymnasium CartPole
+/// that a user's module registers (`--env-import` of a `.py` file, given relative to the
+/// run's directory): `podc eval` runs it on the host env it trained on, not on the `.pod`
+/// one, importing the module the checkpoint recorded, from another directory.
 #[test]
 fn a_sebulba_run_is_evaluated_on_its_host_env() {
     let run = dir().join("a2c");
+    fs::copy(root().join("tests/fixtures/host/blind_envs.py"), dir().join("blind_envs.py")).expect("copy");
     let file = root().join("examples/cartpole_a2c.pod");
     let (file, run_s) = (file.to_str().expect("utf-8"), run.to_str().expect("utf-8"));
-    let train = ["train", file, "--env", "gymnasium:CartPole-v1", "-q", "--envs", "8", "--rollout", "16"];
-    let more = ["--updates-per-call", "2", "--total-steps", "1024", "--out", run_s];
+    let train = ["train", file, "--env", "gymnasium:PodTest/Blind-v0", "--env-import", "blind_envs.py", "-q"];
+    let more = ["--envs", "8", "--rollout", "16", "--updates-per-call", "2", "--total-steps", "1024", "--out", run_s];
     let o = podc(&[&train[..], &more[..]].concat(), Some(Backend::Gymnasium));
     assert!(o.status.success(), "{}", stderr(&o));
-    let v = json_of(&podc(
-        &["eval", file, "--checkpoint", run_s, "--episodes", "7", "--envs", "3", "--json"],
-        Some(Backend::Gymnasium),
-    ));
-    assert_eq!((v["episodes"].as_u64(), v["env"].as_str()), (Some(7), Some("gymnasium:CartPole-v1")), "{v}");
+    let eval = ["eval", file, "--checkpoint", run_s, "--episodes", "7", "--envs", "3", "--json", "--python"];
+    let mut elsewhere = Command::new(env!("CARGO_BIN_EXE_podc"));
+    elsewhere.args(eval).arg(python(Backend::Gymnasium)).current_dir(root());
+    let v = json_of(&elsewhere.output().expect("podc starts"));
+    assert_eq!((v["episodes"].as_u64(), v["env"].as_str()), (Some(7), Some("gymnasium:PodTest/Blind-v0")), "{v}");
     assert_eq!((v["agent"].as_str(), v["env_steps"].as_u64()), (Some("A2C"), Some(1024)), "{v}");
     // CartPole pays 1 a step: the returns are the lengths.
     assert_eq!(v["mean_return"], v["mean_length"], "{v}");

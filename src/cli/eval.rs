@@ -48,7 +48,8 @@ pub struct TrainedArgs {
     /// podc's own venv in its cache).
     #[arg(long, value_name = "PATH", requires = "checkpoint")]
     pub python: Option<PathBuf>,
-    /// A module the host env workers import before making their envs (as `podc train`'s).
+    /// A module the host env workers import before making their envs (as `podc train`'s;
+    /// default: the modules of the run's `--env-import`, on the run's host env).
     #[arg(long = "env-import", value_name = "MODULE", requires = "checkpoint")]
     pub env_import: Vec<String>,
 }
@@ -111,10 +112,13 @@ fn choose_env(
     policy: &PolicyFuncs,
 ) -> Result<Env, Failure> {
     let name = &policy.info.env.name;
-    let uri = match (&a.env, config["env"].as_str()) {
-        (Some(uri), _) => Some(uri.clone()),
-        (None, Some(uri)) if !is_own_env(uri, prog, name) => Some(uri.to_string()),
-        _ => None,
+    let (uri, imports) = match (&a.env, config["env"].as_str()) {
+        (Some(uri), _) => (Some(uri.clone()), vec![]),
+        (None, Some(uri)) if !is_own_env(uri, prog, name) => {
+            let recorded = config["env_import"].as_array().into_iter().flatten();
+            (Some(uri.to_string()), recorded.filter_map(|m| m.as_str().map(String::from)).collect())
+        }
+        _ => (None, vec![]),
     };
     let Some(uri) = uri else {
         if own_env_uri(prog, name).is_none() {
@@ -131,7 +135,7 @@ fn choose_env(
     EnvUri::parse(&uri)?;
     let mut o = host::Options::new(1);
     o.python = a.python.clone();
-    o.env_import = a.env_import.clone();
+    o.env_import = if a.env_import.is_empty() { imports } else { a.env_import.clone() };
     o.load = pod_load(&uri, file, opts);
     Ok(Env::Host { uri, opts: o })
 }

@@ -122,12 +122,22 @@ fn sebulba_config(a: &TrainArgs, s: &Setup) -> Value {
     let o = cfg.as_object_mut().expect("an object");
     o.insert("arch".into(), json!("sebulba"));
     o.insert("env".into(), json!(c.uri));
+    if !c.host.env_import.is_empty() {
+        o.insert("env_import".into(), json!(recorded_imports(&c.host.env_import)));
+    }
     o.insert("rollout".into(), json!(c.rollout));
     o.insert("actor_threads".into(), json!(c.actor_threads));
     o.insert("learner_devices".into(), json!(c.learner_devices.len()));
     o.insert("max_policy_lag".into(), json!(c.max_policy_lag));
     o.insert("single_buffer".into(), json!(!c.double_buffer));
     cfg
+}
+
+/// `--env-import` as the checkpoint records it, for `podc eval` and `play` to import
+/// again: `.py` files as absolute paths, so that they are found from any directory.
+fn recorded_imports(modules: &[String]) -> Vec<String> {
+    let absolute = |m: &String| std::path::Path::new(m).canonicalize().ok().filter(|_| m.ends_with(".py"));
+    modules.iter().map(|m| absolute(m).map_or_else(|| m.clone(), |p| p.display().to_string())).collect()
 }
 
 /// A report as a `metrics.jsonl` record: Anakin's keys, then Sebulba's.
