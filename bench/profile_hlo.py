@@ -156,38 +156,48 @@ def main():
     h = sub.add_parser("hlo", help="profile a dumped module under jaxlib")
     h.add_argument("path")
     p = sub.add_parser("purejaxrl", help="profile bench/purejaxrl.py's program under jaxlib")
-    p.add_argument("--algo", choices=["a2c", "ppo"], default="a2c")
-    p.add_argument("--env", choices=["catch", "cartpole"], default="cartpole")
-    p.add_argument("--envs", type=int, default=1024)
-    p.add_argument("--rollout", type=int)
-    p.add_argument("--updates-per-call", type=int)
     a = sub.add_parser("ab", help="time dumped modules, calls interleaved")
     a.add_argument("paths", nargs="+")
     a.add_argument("--backend", default="plugin", choices=["plugin", "jaxlib", "plugin,jaxlib"],
                    help="where the dumps run; both: in one process, all calls interleaved")
     a.add_argument("--plugin", default=PLUGIN, help="the PJRT plugin (default: podc's cached CPU plugin)")
     a.add_argument("--rounds", type=int, default=10)
+    v = sub.add_parser("vs", help="a podc dump on the plugin against purejaxrl.py's program on jaxlib, calls interleaved")
+    v.add_argument("path")
+    v.add_argument("--plugin", default=PLUGIN)
+    v.add_argument("--backend", default="plugin", choices=["plugin", "jaxlib", "plugin,jaxlib"],
+                   help="where the dump runs (both: in one process, all calls interleaved)")
+    v.add_argument("--rounds", type=int, default=20)
     sp = sub.add_parser("split", help="weight-gradient dots whole and split into pieces, on the plugin")
     sp.add_argument("--plugin", default=PLUGIN)
     sp.add_argument("--rounds", type=int, default=5)
     for s in (h, p):
         s.add_argument("--calls", type=int, default=3)
         s.add_argument("--top", type=int, default=30)
+    for s in (p, v):
+        s.add_argument("--algo", choices=["a2c", "ppo"], default="a2c")
+        s.add_argument("--env", choices=["catch", "cartpole"], default="cartpole")
+        s.add_argument("--envs", type=int, default=1024)
+        s.add_argument("--rollout", type=int)
+        s.add_argument("--updates-per-call", type=int)
     args = ap.parse_args()
 
     import jax
 
-    if args.mode == "ab":
+    if args.mode in ("ab", "vs"):
         backends = args.backend.split(",")
         if "plugin" in backends:
             from jax._src import xla_bridge
 
             xla_bridge.register_plugin("podc_cpu", library_path=os.path.expanduser(args.plugin))
-        runs = [(b, path) for b in backends for path in args.paths]
+        runs = [(b, path) for b in backends for path in ([args.path] if args.mode == "vs" else args.paths)]
         calls = []
         for b, path in runs:
             device = jax.devices("podc_cpu" if b == "plugin" else "cpu")[0]
             calls.append(call_of(*load(path, device.client), device))
+        if args.mode == "vs":
+            runs.append(("jaxlib", f"purejaxrl.py --algo {args.algo} --env {args.env}"))
+            calls.append(purejaxrl_call(args))
         times = [[] for _ in calls]
         for _ in range(args.rounds + 1):  # the first round warms up
             for call, ts in zip(calls, times):
@@ -198,25 +208,41 @@ def main():
         for (b, path), ts in zip(runs, times):
             med = statistics.median(ts[1:])
             print(f"{med * 1e3:9.1f} ms  {med / base:5.2f}x  {b:6s} {path}")
+        if args.mode == "vs":
+            jax_times = times[-1][1:]
+            for (b, _), ts in zip(runs, times[:-1]):
+                ratios = [j / p for p, j in zip(ts[1:], jax_times)]
+                q = statistics.quantiles(ratios, n=4)
+                print(f"podc on {b} / JAX on jaxlib, throughput: {statistics.median(jax_times) / statistics.median(ts[1:]):.2f}x "
+                      f"(ratio of medians); call by call: median {statistics.median(ratios):.2f}x, "
+                      f"quartiles {q[0]:.2f}-{q[2]:.2f}x")
     elif args.mode == "split":
         split_bench(args)
     elif args.mode == "hlo":
         device = jax.devices("cpu")[0]
         profile(call_of(*load(args.path, device.client), device), args.calls, args.top)
     else:
-        sys.path.insert(0, HERE)
-        import purejaxrl
+        profile(purejaxrl_call(args), args.calls, args.top)
 
-        t = args.rollout or (16 if args.algo == "a2c" else 128)
-        k = args.updates_per_call or (10 if args.algo == "a2c" else 1)
+
+def purejaxrl_call(args):
+    """One call of bench/purejaxrl.py's program at D = 1 (compiled by jaxlib), its state donated."""
+    import jax
+
+    sys.path.insert(0, HERE)
+    import purejaxrl
+
+    t = args.rollout or (16 if args.algo == "a2c" else 128)
+    k = args.updates_per_call or (10 if args.algo == "a2c" else 1)
+    with jax.default_device(jax.devices("cpu")[0]):  # not the plugin, when it is registered
         fn, runner = purejaxrl.build(args.algo, args.env, args.envs, t, k, 1, 4, 4, 0, True)
         compiled = jax.jit(fn, donate_argnums=0).lower(runner).compile()
-        state = [runner]
+    state = [runner]
 
-        def call():
-            state[0], metrics = jax.block_until_ready(compiled(state[0]))
+    def call():
+        state[0], metrics = jax.block_until_ready(compiled(state[0]))
 
-        profile(call, args.calls, args.top)
+    return call
 
 
 if __name__ == "__main__":
