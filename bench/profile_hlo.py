@@ -59,12 +59,16 @@ def hlo_module(path):
             return pb[i:i + n]
 
 
-def load(path, client):
-    """(executable, argument arrays) for a dumped module on `client`."""
+def load(path, devices):
+    """(executable, argument arrays) for a dumped module on `devices`, one replica each
+    (a podc program for D devices is one module replicated D times)."""
+    from jax._src import compiler
     from jax._src.lib import xla_client as xc
 
     mlir = xc._xla.mlir.hlo_to_stablehlo(hlo_module(path))
-    exe = client.compile_and_load(mlir, client.devices()[:1], xc.CompileOptions())
+    assignment = np.array([[d] for d in devices])
+    options = compiler.get_compile_options(num_replicas=len(devices), num_partitions=1, device_assignment=assignment)
+    exe = devices[0].client.compile_and_load(mlir, devices, options)
     layout = exe.hlo_modules()[0].to_string().split("entry_computation_layout={(")[1].split(")->")[0]
     args = []
     for m in re.finditer(r"(f32|s32|u32|pred|u8)\[([0-9,]*)\]", layout):
@@ -74,11 +78,17 @@ def load(path, client):
     return exe, args
 
 
-def call_of(exe, args, device):
+def call_of(exe, args, devices):
     import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    # Each replica's arguments, as one array "replicated" over the devices.
+    each = NamedSharding(Mesh(np.array(devices), ("r",)), PartitionSpec())
 
     def call():  # podc's programs donate their state: fresh buffers every call
-        jax.block_until_ready(exe.execute([jax.device_put(a, device) for a in args]))
+        bufs = [jax.make_array_from_single_device_arrays(a.shape, each, [jax.device_put(a, d) for d in devices])
+                for a in args]
+        jax.block_until_ready(exe.execute_sharded(bufs).disassemble_into_single_device_arrays())
 
     return call
 
@@ -168,6 +178,8 @@ def main():
     v.add_argument("--backend", default="plugin", choices=["plugin", "jaxlib", "plugin,jaxlib"],
                    help="where the dump runs (both: in one process, all calls interleaved)")
     v.add_argument("--rounds", type=int, default=20)
+    v.add_argument("--devices", type=int, default=1,
+                   help="D: the dump must be of `podc bench train --devices D`; JAX runs jit(shard_map) over D devices")
     sp = sub.add_parser("split", help="weight-gradient dots whole and split into pieces, on the plugin")
     sp.add_argument("--plugin", default=PLUGIN)
     sp.add_argument("--rounds", type=int, default=5)
@@ -182,6 +194,9 @@ def main():
         s.add_argument("--updates-per-call", type=int)
     args = ap.parse_args()
 
+    n = getattr(args, "devices", 1)
+    if n > 1:  # jaxlib's CPU devices; the plugin's are asked for below
+        os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={n}"
     import jax
 
     if args.mode in ("ab", "vs"):
@@ -189,12 +204,13 @@ def main():
         if "plugin" in backends:
             from jax._src import xla_bridge
 
-            xla_bridge.register_plugin("podc_cpu", library_path=os.path.expanduser(args.plugin))
+            xla_bridge.register_plugin("podc_cpu", library_path=os.path.expanduser(args.plugin),
+                                       options={"cpu_device_count": n})
         runs = [(b, path) for b in backends for path in ([args.path] if args.mode == "vs" else args.paths)]
         calls = []
         for b, path in runs:
-            device = jax.devices("podc_cpu" if b == "plugin" else "cpu")[0]
-            calls.append(call_of(*load(path, device.client), device))
+            devices = jax.devices("podc_cpu" if b == "plugin" else "cpu")[:n]
+            calls.append(call_of(*load(path, devices), devices))
         if args.mode == "vs":
             runs.append(("jaxlib", f"purejaxrl.py --algo {args.algo} --env {args.env}"))
             calls.append(purejaxrl_call(args))
@@ -219,14 +235,15 @@ def main():
     elif args.mode == "split":
         split_bench(args)
     elif args.mode == "hlo":
-        device = jax.devices("cpu")[0]
-        profile(call_of(*load(args.path, device.client), device), args.calls, args.top)
+        devices = jax.devices("cpu")[:1]
+        profile(call_of(*load(args.path, devices), devices), args.calls, args.top)
     else:
         profile(purejaxrl_call(args), args.calls, args.top)
 
 
 def purejaxrl_call(args):
-    """One call of bench/purejaxrl.py's program at D = 1 (compiled by jaxlib), its state donated."""
+    """One call of bench/purejaxrl.py's program (compiled by jaxlib; `jit(shard_map)` over
+    D devices), its state donated."""
     import jax
 
     sys.path.insert(0, HERE)
@@ -234,9 +251,11 @@ def purejaxrl_call(args):
 
     t = args.rollout or (16 if args.algo == "a2c" else 128)
     k = args.updates_per_call or (10 if args.algo == "a2c" else 1)
-    with jax.default_device(jax.devices("cpu")[0]):  # not the plugin, when it is registered
-        fn, runner = purejaxrl.build(args.algo, args.env, args.envs, t, k, 1, 4, 4, 0, True)
-        compiled = jax.jit(fn, donate_argnums=0).lower(runner).compile()
+    n = getattr(args, "devices", 1)
+    cpus = jax.devices("cpu")[:n]  # not the plugin's, when it is registered
+    with jax.default_device(cpus[0]):
+        fn, runner = purejaxrl.build(args.algo, args.env, args.envs, t, k, n, 4, 4, 0, True)
+        compiled, runner, _ = purejaxrl.compile_for(fn, runner, n, "shard_map", cpus)
     state = [runner]
 
     def call():

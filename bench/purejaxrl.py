@@ -198,12 +198,13 @@ def build(algo, env_name, num_envs, rollout, updates, devices, epochs, minibatch
     return call, jax.tree.map(lambda *xs: jnp.stack(xs), *per_device)
 
 
-def compile_for(fn, runner, devices, parallel):
+def compile_for(fn, runner, devices, parallel, devs=None):
     """(compiled, runner on the devices, compile seconds): the jitted (D = 1) or
-    device-parallel function compiled for `runner`, which it donates."""
+    device-parallel function compiled for `runner`, which it donates, on `devs` (default:
+    the first D devices of the default backend)."""
     import jax
 
-    devs = jax.devices()[:devices]
+    devs = devs or jax.devices()[:devices]
     if devices == 1:
         wrapped, runner = jax.jit(fn, donate_argnums=0), jax.device_put(runner, devs[0])
     elif parallel == "pmap":
