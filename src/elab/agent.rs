@@ -365,14 +365,21 @@ impl Elab<'_> {
         // trajectory's sizes may also be products (`Trajectory<T, MB * 4>`) or fixed.
         let (p, r) = self.update_signature(update);
         let traj_def = self.trajectory_def(&traj_key(&env, behaviour.as_ref(), carry.as_ref()));
-        let metrics = match &r {
-            Ty::Tuple(ts) if ts.len() == 2 && ts[0] == learner && is_metrics(&ts[1]) => Some(ts[1].clone()),
-            _ => None,
+        let (metrics, not_metrics) = match &r {
+            Ty::Tuple(ts) if ts.len() == 2 && ts[0] == learner => match not_metrics(&ts[1]) {
+                None => (Some(ts[1].clone()), None),
+                why => (None, why),
+            },
+            _ => (None, None),
         };
         let traj_ok = matches!(p.get(1), Some(Ty::Struct(d, _)) if *d == traj_def);
         if p.len() != 3 || p[0] != learner || !traj_ok || p[2] != key || metrics.is_none() {
-            let label = "expected the learner state, a `Trajectory<T, B>` and a key, giving the new state and a struct of `f32` metrics";
-            wrong(self, update, update.ret.span, label.into());
+            let params_ok = p.len() == 3 && p[0] == learner && traj_ok && p[2] == key;
+            let label = match not_metrics.filter(|_| params_ok) {
+                Some(why) => why,
+                None => "expected the learner state, a `Trajectory<T, B>` and a key, giving the new state and a struct of `f32` metrics".into(),
+            };
+            wrong(self, update, update.ret.span, label);
             ok = false;
         }
         let metrics = metrics.filter(|_| ok)?;
@@ -394,14 +401,14 @@ impl Elab<'_> {
     }
 }
 
-/// Whether a type is a struct of `f32` scalars.
-fn is_metrics(t: &Ty) -> bool {
-    match t {
-        Ty::Struct(def, args) => {
-            Ty::struct_fields(def, args).iter().all(|(_, t)| matches!(t, Ty::Array(DType::F32, d) if d.is_empty()))
-        }
-        _ => false,
-    }
+/// Why `t` cannot be `update`'s metrics, a struct of `f32` scalars; `None` when it can.
+fn not_metrics(t: &Ty) -> Option<String> {
+    let Ty::Struct(def, args) = t else {
+        return Some(format!("the metrics must be a struct of `f32` scalars, not `{t}`"));
+    };
+    let fields = Ty::struct_fields(def, args);
+    let (name, ty) = fields.iter().find(|(_, t)| !matches!(t, Ty::Array(DType::F32, d) if d.is_empty()))?;
+    Some(format!("the metrics must be `f32` scalars: field `{name}` of `{t}` is `{ty}`"))
 }
 
 /// Checks the agent named `name` in the root module and builds its functions for `envs`

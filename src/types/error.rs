@@ -422,9 +422,12 @@ impl TypeError {
                 }
             }
             E::EnvSignature { env, func, expected, found, label, span } => {
-                Diag::new("E0302", format!("`{func}` of {env} has the wrong type"), span, label)
-                    .with_note(format!("expected `{expected}`"))
-                    .with_note(format!("   found `{found}`"))
+                let d = Diag::new("E0302", format!("`{func}` of {env} has the wrong type"), span, label);
+                // Signatures that print the same differ inside a named type; the label says how.
+                match expected == found {
+                    true => d,
+                    false => d.with_note(format!("expected `{expected}`")).with_note(format!("   found `{found}`")),
+                }
             }
             E::EnvMember { detail, span } => Diag::new("E0303", "invalid env declaration", span, detail),
             E::AgentMember { detail, span } => Diag::new("E0305", "invalid agent declaration", span, detail),
