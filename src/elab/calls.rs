@@ -260,7 +260,8 @@ pub(super) fn unify_dims(
                     }
                 },
                 // A product against a size: with every parameter bound, the same size;
-                // with one unbound, that one is the quotient, if it divides exactly.
+                // with one unbound, that one is the quotient, if it divides exactly; with
+                // one unbound k times (`N * N`), the quotient's exact k-th root.
                 Dim::Scaled(ps, c) => {
                     let unbound: Vec<&Rc<str>> = ps.iter().filter(|p| !sizes.contains_key(*p)).collect();
                     let bound = ps
@@ -269,7 +270,10 @@ pub(super) fn unify_dims(
                         .try_fold(Dim::Known(*c), |acc, p| acc.mul(&sizes[p]));
                     match (unbound.as_slice(), bound) {
                         ([], Some(b)) => b == *x,
-                        ([p], Some(b)) => x.div(&b).map(|q| sizes.insert((*p).clone(), q)).is_some(),
+                        ([p, rest @ ..], Some(b)) if rest.iter().all(|q| q == p) => {
+                            let root = x.div(&b).and_then(|q| q.root(unbound.len()));
+                            root.map(|r| sizes.insert((*p).clone(), r)).is_some()
+                        }
                         _ => false,
                     }
                 }

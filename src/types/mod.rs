@@ -51,6 +51,24 @@ impl Dim {
         Some(Dim::of_monomial(ps, a.checked_mul(b)?))
     }
 
+    /// The `k`-th root of a product, when it is exact: of `M * M * 4` the square root is
+    /// `M * 2`, of 9 it is 3.
+    pub fn root(&self, k: usize) -> Option<Dim> {
+        let (ps, c) = self.monomial();
+        let k32 = u32::try_from(k).ok().filter(|&k| k > 0)?;
+        let guess = (c as f64).powf(1.0 / k as f64).round() as u64;
+        let r = (guess.saturating_sub(1)..=guess + 1).find(|r| r.checked_pow(k32) == Some(c))?;
+        let mut roots = vec![];
+        for p in ps.iter().step_by(k) {
+            // `ps` is sorted, so each parameter's repeats are adjacent.
+            if ps.iter().filter(|q| *q == p).count() % k != 0 {
+                return None;
+            }
+            roots.push(p.clone());
+        }
+        Some(Dim::of_monomial(roots, r))
+    }
+
     /// The quotient `self / other`, when `other` divides `self` exactly as a product.
     pub fn div(&self, other: &Dim) -> Option<Dim> {
         let ((mut ps, a), (qs, b)) = (self.monomial(), other.monomial());
@@ -289,4 +307,26 @@ impl fmt::Display for Ty {
 
 pub fn join<T: fmt::Display>(xs: &[T]) -> String {
     xs.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Dim;
+
+    fn dim(ps: &[&str], c: u64) -> Dim {
+        Dim::of_monomial(ps.iter().map(|&p| p.into()).collect(), c)
+    }
+
+    #[test]
+    fn roots_are_exact_or_none() {
+        assert_eq!(Dim::Known(9).root(2), Some(Dim::Known(3)));
+        assert_eq!(Dim::Known(64).root(3), Some(Dim::Known(4)));
+        assert_eq!(Dim::Known(1 << 62).root(2), Some(Dim::Known(1 << 31)));
+        assert_eq!(Dim::Known(8).root(2), None);
+        assert_eq!(dim(&["M", "M"], 4).root(2), Some(dim(&["M"], 2)));
+        assert_eq!(dim(&["A", "A", "B", "B"], 1).root(2), Some(dim(&["A", "B"], 1)));
+        assert_eq!(dim(&["A", "B"], 1).root(2), None);
+        assert_eq!(dim(&["M", "M", "M"], 1).root(2), None);
+        assert_eq!(dim(&["M"], 5).root(1), Some(dim(&["M"], 5)));
+    }
 }
