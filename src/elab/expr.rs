@@ -390,9 +390,47 @@ impl Elab<'_> {
             return false;
         }
         if !ok {
-            self.err(TypeError::Mismatch { expected: decl.subst(sizes), found: actual.clone(), span, because: None });
+            let expected = decl.subst(sizes);
+            let found = actual.clone();
+            match unmatched_product(&expected, actual) {
+                Some(note) => self.err(TypeError::ProductMismatch { expected, found, span, note }),
+                None => self.err(TypeError::Mismatch { expected, found, span, because: None }),
+            };
         }
         ok
+    }
+}
+
+/// Why a product of unknown sizes in `decl`, an array of `actual`'s dtype and rank, was not
+/// matched: it has several unknowns, or one that the length does not divide or root exactly.
+fn unmatched_product(decl: &Ty, actual: &Ty) -> Option<String> {
+    let (Ty::Array(dd, ds), Ty::Array(ad, xs)) = (decl, actual) else { return None };
+    if dd != ad || ds.len() != xs.len() {
+        return None;
+    }
+    ds.iter().zip(xs).find_map(|(d, x)| {
+        let Dim::Scaled(ps, c) = d else { return None };
+        let mut unknown = ps.to_vec();
+        unknown.dedup();
+        Some(match (unknown.len(), ps.len(), c) {
+            (1, 1, c) => format!("`{d}` is matched by dividing the length by {c}, and {x} is not a multiple of {c}"),
+            (1, k, 1) => format!("`{d}` is matched by {} of the length, and {x} has no exact one", root(k)),
+            (1, k, c) => {
+                format!("`{d}` is matched by {} of the length divided by {c}, and {x} gives no exact one", root(k))
+            }
+            (u, ..) => format!(
+                "`{d}` has {u} unknown sizes: a product is matched once all but one of its sizes are known from earlier arguments"
+            ),
+        })
+    })
+}
+
+/// "the square root", "the cube root", "the 4th root".
+fn root(k: usize) -> String {
+    match k {
+        2 => "the square root".into(),
+        3 => "the cube root".into(),
+        k => format!("the {k}th root"),
     }
 }
 

@@ -67,6 +67,13 @@ pub enum TypeError {
         span: Span,
         because: Option<(Span, String)>,
     },
+    /// A mismatch at a product of sizes that cannot be matched, with why.
+    ProductMismatch {
+        expected: Ty,
+        found: Ty,
+        span: Span,
+        note: String,
+    },
     BranchMismatch {
         then_ty: Ty,
         else_ty: Ty,
@@ -330,6 +337,10 @@ impl TypeError {
                     Some((s, m)) => d.with_label(s, m),
                     None => d,
                 }
+            }
+            E::ProductMismatch { expected, found, span, note } => {
+                Diag::new("E0205", "mismatched types", span, format!("expected `{expected}`, found `{found}`"))
+                    .with_note(note)
             }
             E::BranchMismatch { then_ty, else_ty, then_span, else_span } => {
                 Diag::new("E0206", "`if` and `else` have different types", else_span, format!("this is `{else_ty}`"))
