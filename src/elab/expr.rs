@@ -412,6 +412,9 @@ fn unmatched_product(decl: &Ty, actual: &Ty) -> Option<String> {
         let Dim::Scaled(ps, c) = d else { return None };
         let mut unknown = ps.to_vec();
         unknown.dedup();
+        if unknown.len() == 1 && x.div(&Dim::Known(*c)).and_then(|q| q.root(ps.len())).is_some() {
+            return None; // this product matches: the mismatch is elsewhere
+        }
         Some(match (unknown.len(), ps.len(), c) {
             (1, 1, c) => format!("`{d}` is matched by dividing the length by {c}, and {x} is not a multiple of {c}"),
             (1, k, 1) => format!("`{d}` is matched by {} of the length, and {x} has no exact one", root(k)),
