@@ -8,7 +8,8 @@ event per XLA thunk (a fusion, a dot, a while loop), and sums them by name; the 
 bench/purejaxrl.py's program, so that the two can be read side by side. Only jaxlib's CPU
 client reports thunks to the profiler, so profiles are of jaxlib's XLA; `ab` times dumps
 on podc's CPU plugin itself (loaded into jax as a PJRT plugin) or on jaxlib's, calls
-interleaved, which is how a change to podc's lowering is measured.
+interleaved, which is how a change to podc's lowering is measured; `vs` runs a podc dump
+next to `purejaxrl.py`'s program (the same workload), call by call in one process.
 
     # podc's A2C program, dumped, then profiled
     XLA_FLAGS="--xla_dump_to=/tmp/d --xla_dump_hlo_as_proto --xla_dump_hlo_module_re=anakin_train" \\
@@ -17,6 +18,7 @@ interleaved, which is how a change to podc's lowering is measured.
     python bench/profile_hlo.py purejaxrl --algo a2c --env cartpole     # the JAX side
     python bench/profile_hlo.py ab --backend plugin OLD.hlo.pb NEW.hlo.pb
     python bench/profile_hlo.py ab --backend plugin,jaxlib OLD.hlo.pb NEW.hlo.pb
+    python bench/profile_hlo.py vs DUMP.hlo.pb --backend plugin,jaxlib --algo a2c --env cartpole [--devices 2]
     python bench/profile_hlo.py split                                   # dot_general's split
 
 Inputs are zeros (f32 0.01): the timing of these programs does not depend on the values.
@@ -125,6 +127,7 @@ def profile(call, calls, top):
     print("\nby runs per call and kind (ms/call):")
     for (runs, kind), ms in sorted(groups.items()):
         print(f"  {runs:7.0f} x  {kind:15s} {ms:9.2f}")
+
 
 def split_bench(args):
     """`[N, M]ᵀ · [N, O]` (a weight gradient) as one dot and as N/c dots of c rows summed,

@@ -373,8 +373,8 @@ impl Elab<'_> {
             _ => (None, None),
         };
         let traj_ok = matches!(p.get(1), Some(Ty::Struct(d, _)) if *d == traj_def);
-        if p.len() != 3 || p[0] != learner || !traj_ok || p[2] != key || metrics.is_none() {
-            let params_ok = p.len() == 3 && p[0] == learner && traj_ok && p[2] == key;
+        let params_ok = p.len() == 3 && p[0] == learner && traj_ok && p[2] == key;
+        if !params_ok || metrics.is_none() {
             let label = match not_metrics.filter(|_| params_ok) {
                 Some(why) => why,
                 None => "expected the learner state, a `Trajectory<T, B>` and a key, giving the new state and a struct of `f32` metrics".into(),

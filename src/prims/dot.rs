@@ -1,11 +1,11 @@
 //! Linear algebra: `dot_general`, the one contraction every product (`@`, matrix-vector,
 //! batched matmul) is built from.
 
-use super::Transpose;
 use super::elementwise::flush;
 use super::reduce::{Reduce, ReduceOp};
 use super::util::{check_axes, expect_arity, indices, list, strides};
 use super::{Prim, Rules};
+use super::{Reshape, Transpose};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::ir::Var;
 use crate::ir::build::Builder;
@@ -71,7 +71,9 @@ fn merge(shape: &[usize], runs: &[Run]) -> (Vec<usize>, Vec<usize>) {
 fn reshaped(cx: &mut LowerCx, x: &str, from: &ArrayTy, to: &ArrayTy) -> String {
     match from == to {
         true => x.to_string(),
-        false => cx.op("stablehlo.reshape", &[x.to_string()], "", std::slice::from_ref(from), to),
+        false => Reshape { shape: to.shape.clone() }
+            .lower(cx, &[x.to_string()], std::slice::from_ref(from), std::slice::from_ref(to))
+            .remove(0),
     }
 }
 
