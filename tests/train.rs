@@ -9,6 +9,7 @@
 mod common;
 
 use podracer::train::anakin::{RunShape, Trainer, agent_and_env};
+use podracer::train::run::Driver;
 use podracer::train::{checkpoint, metrics};
 use serde_json::Value;
 use std::fs;

@@ -1,14 +1,14 @@
 //! `podc train` and `podc bench train`: the Anakin driver from the command line.
 
 use super::{Failure, load};
-use crate::array::Array;
 use crate::diag::emit_stderr;
 use crate::driver::LoadOptions;
 use crate::elab::anakin::{AnakinPrograms, Shape, anakin_programs};
 use crate::overrides;
 use crate::resolve::Program;
-use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent, record};
-use crate::train::{checkpoint, metrics, plot, progress::Progress};
+use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent};
+use crate::train::checkpoint;
+use crate::train::run::{self, Driver, RunOptions, Summary};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -160,24 +160,6 @@ pub(super) fn config(a: &TrainArgs, agent: &str, shape: RunShape) -> Value {
     cfg
 }
 
-/// The checkpoint in `dir`, read before compiling, refused when any of its run's settings
-/// differs from this run's `cfg` (one that either side lacks counts as `null`).
-pub(super) fn resume_from(dir: &Path, cfg: &Value) -> Result<(Vec<(String, Array)>, Value), Failure> {
-    let (arrays, meta) = checkpoint::load(dir).map_err(|e| e.to_string())?;
-    let saved = &meta["config"];
-    let keys = cfg.as_object().into_iter().chain(saved.as_object()).flat_map(|o| o.keys());
-    for k in keys.filter(|k| *k != "file") {
-        let (theirs, ours) = (&saved[k], cfg.get(k).unwrap_or(&Value::Null));
-        if theirs != ours {
-            return Err(Failure::Message(format!(
-                "cannot resume from `{}`: its `{k}` is {theirs}, this run's is {ours}; resume with the same flags",
-                dir.display()
-            )));
-        }
-    }
-    Ok((arrays, meta))
-}
-
 /// A resumed run without `--set` takes the overrides its checkpoint was made with, so
 /// that it continues the same program; with `--set`, they must be the same (checked
 /// with the other flags).
@@ -189,6 +171,35 @@ fn resume_overrides(a: &mut TrainArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// What the run loop takes of the flags.
+pub(super) fn run_options(a: &TrainArgs, config: Value) -> RunOptions {
+    RunOptions {
+        out: a.out.clone(),
+        config,
+        seed: a.seed,
+        total_steps: a.total_steps,
+        checkpoint_every: a.checkpoint_every,
+        quiet: a.quiet,
+    }
+}
+
+/// A checkpoint to resume from, read and compared with `config` before compiling.
+pub(super) fn resume(a: &TrainArgs, config: &Value) -> Result<Option<run::Resume>, Failure> {
+    Ok(a.resume.as_deref().map(|dir| run::resume_from(dir, config)).transpose()?)
+}
+
+/// The last line of a run.
+pub(super) fn done(a: &TrainArgs, s: &Summary) {
+    if !a.quiet {
+        eprintln!(
+            "done: {} env steps; last mean return {}; wrote {}",
+            s.env_steps,
+            s.last_return.map_or("-".into(), |r| format!("{r:.3}")),
+            a.out.display()
+        );
+    }
+}
+
 pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     resume_overrides(&mut a)?;
     if a.sebulba.is_some() {
@@ -196,24 +207,9 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     }
     let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
     let cfg = config(&a, &agent, shape);
-    // A checkpoint to resume from is read, and its flags compared, before compiling.
-    let resumed = a.resume.as_deref().map(|dir| resume_from(dir, &cfg).map(|(ar, m)| (dir, ar, m))).transpose()?;
+    let resumed = resume(&a, &cfg)?;
     let client = super::open_runtime(plugin, Some(shape.devices))?;
     let mut t = trainer(&client, &prog, &agent, shape)?;
-    let (mut calls, mut log) = match resumed {
-        Some((from, arrays, meta)) => {
-            t.restore(&arrays)?;
-            let calls = meta["calls"].as_u64().ok_or("the checkpoint has no call count")?;
-            // Resumed into another directory, the log starts with the run's log so far.
-            (calls, metrics::MetricsLog::open_resume(from, &a.out, calls * shape.steps_per_call())?)
-        }
-        None => {
-            t.init(a.seed)?;
-            (0, metrics::MetricsLog::create(&a.out)?)
-        }
-    };
-    let per_call = shape.steps_per_call();
-    let total_calls = a.total_steps.div_ceil(per_call);
     if !a.quiet {
         let seeds = match shape.seeds {
             1 => String::new(),
@@ -234,55 +230,8 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
             t.compile_s
         );
     }
-    let bar = Progress::new(total_calls * per_call, calls * per_call, a.quiet);
-    let start = Instant::now();
-    let mut last = Instant::now();
-    while calls < total_calls {
-        let reports = t.step()?;
-        calls += 1;
-        let now = Instant::now();
-        // Throughput counts every seed's steps; `env_steps` each seed's own.
-        let sps = (per_call * shape.seeds as u64) as f64 / now.duration_since(last).as_secs_f64();
-        last = now;
-        let env_steps = calls * per_call;
-        let updates = calls * shape.updates_per_call as u64;
-        let wall_s = start.elapsed().as_secs_f64();
-        for (i, report) in reports.iter().enumerate() {
-            let seed = (shape.seeds > 1).then_some(a.seed + i as i64);
-            log.append(&record(report, seed, env_steps, updates, sps, wall_s))?;
-        }
-        bar.update(env_steps, mean_return(&reports));
-        if calls % a.checkpoint_every == 0 || calls == total_calls {
-            save(&t, &a.out, &cfg, calls, env_steps)?;
-        }
-    }
-    bar.finish();
-    let records = metrics::read(&a.out)?;
-    let title = format!("{} on {}", t.agent, t.env);
-    plot::plot_curves(&a.out.join("curve.png"), &plot::seed_curves(&records), &title)?;
-    if !a.quiet {
-        let last_return = records.iter().rev().find_map(|r| r.get("episode_return").and_then(Value::as_f64));
-        eprintln!(
-            "done: {} env steps; last mean return {}; wrote {}",
-            calls * per_call,
-            last_return.map_or("-".into(), |r| format!("{r:.3}")),
-            a.out.display()
-        );
-    }
-    Ok(())
-}
-
-/// The mean over seeds of the mean episode returns (of the seeds whose episodes ended).
-fn mean_return(reports: &[crate::train::anakin::Report]) -> Option<f64> {
-    let returns: Vec<f64> = reports.iter().filter_map(|r| r.episode_return).collect();
-    (!returns.is_empty()).then(|| returns.iter().sum::<f64>() / returns.len() as f64)
-}
-
-fn save(t: &Trainer, dir: &Path, cfg: &Value, calls: u64, env_steps: u64) -> Result<(), Failure> {
-    let arrays = t.snapshot()?;
-    let meta = json!({ "config": cfg, "calls": calls, "env_steps": env_steps });
-    checkpoint::save(dir, &arrays, &meta)
-        .map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", dir.display()))?;
+    let summary = run::train(&mut t, &run_options(&a, cfg), resumed)?;
+    done(&a, &summary);
     Ok(())
 }
 

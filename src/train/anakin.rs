@@ -7,14 +7,15 @@
 //! state's buffers are donated to the next call, so it never leaves the devices except
 //! for a checkpoint.
 
-use crate::array::{Array, ArrayTy, Data};
+use super::run::{Driver, Report, Reported};
+use super::state::DeviceState;
+use crate::array::{Array, Data};
 use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
-use crate::elab::anakin::{AnakinPrograms, Leaf, LeafKind, Shape, anakin_programs, with_seeds};
+use crate::elab::anakin::{AnakinPrograms, LeafKind, Shape, anakin_programs, with_seeds};
 use crate::elab::env::{EnvFuncs, build_env};
 use crate::lower::stablehlo::lower_module_donating;
 use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable};
-use serde_json::{Map, Value, json};
 use std::time::Instant;
 
 /// The sizes of a run, fixed for its whole life (a resumed run must use the same).
@@ -60,18 +61,8 @@ pub struct Trainer<'c> {
     pub shape: RunShape,
     pub compile_s: f64,
     train: Executable,
-    /// Per device, the state's buffers.
-    state: Vec<Vec<Buffer>>,
-}
-
-/// One call's metrics for one seed, reduced over the devices.
-pub struct Report {
-    /// Mean return and length of the episodes that ended during the call (`None` if none).
-    pub episode_return: Option<f64>,
-    pub episode_length: Option<f64>,
-    pub episodes: u64,
-    /// The agent's metrics by name, averaged over the call's updates and the devices.
-    pub metrics: Vec<(String, f64)>,
+    /// The state on devices `0..D`.
+    state: DeviceState,
 }
 
 /// The agent to train: `name`, or the file's only one.
@@ -121,6 +112,7 @@ impl<'c> Trainer<'c> {
         let train =
             client.compile(&lower_module_donating(&programs.train, d, donated), d).map_err(|e| e.to_string())?;
         let compile_s = start.elapsed().as_secs_f64();
+        let state = DeviceState::new(programs.state.clone(), (0..d).collect());
         Ok(Trainer {
             client,
             programs,
@@ -129,7 +121,7 @@ impl<'c> Trainer<'c> {
             shape,
             compile_s,
             train,
-            state: vec![],
+            state,
         })
     }
 
@@ -138,34 +130,10 @@ impl<'c> Trainer<'c> {
         self.train.cache_status()
     }
 
-    /// A fresh state from `seed` (seeds `seed ..` for several): the same learner on every
-    /// device, each device's own environments. The init program runs once, so it runs in
-    /// the reference interpreter rather than paying an XLA compile (its loops, the
-    /// orthogonal inits, cost seconds).
-    pub fn init(&mut self, seed: i64) -> Result<(), String> {
-        let key = match self.shape.seeds {
-            1 => crate::io::seed_key(seed),
-            n => {
-                let keys: Vec<u32> = (0..n as i64).flat_map(|i| words(&crate::io::seed_key(seed + i))).collect();
-                Array::new(vec![n, 2], Data::U32(keys))
-            }
-        };
-        let mut state = vec![];
-        for d in 0..self.shape.devices {
-            let values =
-                crate::ir::eval::eval_func(&self.programs.init, &[key.clone(), Array::i32(vec![], vec![d as i32])]);
-            state.push(
-                values.iter().map(|v| self.client.upload(v, d).map_err(|e| e.to_string())).collect::<Result<_, _>>()?,
-            );
-        }
-        self.state = state;
-        Ok(())
-    }
-
     /// Runs one call: `K` updates on every device. Returns its metrics, one report per
     /// seed.
     pub fn step(&mut self) -> Result<Vec<Report>, String> {
-        let refs: Vec<Vec<&Buffer>> = self.state.iter().map(|s| s.iter().collect()).collect();
+        let refs: Vec<Vec<&Buffer>> = self.state.buffers.iter().map(|s| s.iter().collect()).collect();
         let mut outs = self.train.execute_replicated(&refs).map_err(|e| e.to_string())?;
         let n = self.programs.state.len();
         // Each metric: one value per seed.
@@ -180,7 +148,7 @@ impl<'c> Trainer<'c> {
         for o in &mut outs {
             o.truncate(n);
         }
-        self.state = outs;
+        self.state.buffers = outs;
         let names = &self.programs.metrics[3..];
         Ok((0..self.shape.seeds)
             .map(|s| {
@@ -199,108 +167,73 @@ impl<'c> Trainer<'c> {
     /// The learner's arrays on one device.
     pub fn learner_on(&self, device: usize) -> Result<Vec<Array>, String> {
         let n = self.programs.state.iter().filter(|l| l.kind == LeafKind::Shared).count();
-        self.state[device][..n].iter().map(|b| b.download().map_err(|e| e.to_string())).collect()
+        self.state.download(device, n)
     }
 
-    /// The whole state by name: the learner once (it is the same on every device; checked),
-    /// and each per-device array with the devices' parts joined along the first axis
-    /// (environments), or stacked for the PRNG keys.
-    pub fn snapshot(&self) -> Result<Vec<(String, Array)>, String> {
-        let per_device: Vec<Vec<Array>> = self
-            .state
-            .iter()
-            .map(|s| s.iter().map(|b| b.download().map_err(|e| e.to_string())).collect::<Result<Vec<_>, _>>())
-            .collect::<Result<_, _>>()?;
-        let mut out = vec![];
-        for (i, leaf) in self.programs.state.iter().enumerate() {
-            let parts: Vec<&Array> = per_device.iter().map(|d| &d[i]).collect();
-            let value = if leaf.kind == LeafKind::Shared {
-                if parts.iter().any(|p| *p != parts[0]) {
-                    return Err(format!(
-                        "`{}` differs between devices: the update must average its gradients with `pmean`",
-                        leaf.name
-                    ));
-                }
-                parts[0].clone()
-            } else {
-                join_parts(&parts, leaf)
-            };
-            out.push((leaf.name.clone(), value));
-        }
-        Ok(out)
+}
+
+impl Driver for Trainer<'_> {
+    const UNIT: &'static str = "calls";
+
+    fn steps_per_unit(&self) -> u64 {
+        self.shape.steps_per_call()
     }
 
-    /// Puts a snapshot back on the devices.
-    pub fn restore(&mut self, arrays: &[(String, Array)]) -> Result<(), String> {
-        let d = self.shape.devices;
-        let mut state: Vec<Vec<Buffer>> = (0..d).map(|_| vec![]).collect();
-        for leaf in &self.programs.state {
-            let (_, a) = arrays
-                .iter()
-                .find(|(n, _)| *n == leaf.name)
-                .ok_or_else(|| format!("the checkpoint has no array `{}`", leaf.name))?;
-            let want = saved_ty(leaf, d);
-            if a.ty() != want {
-                return Err(format!("`{}` in the checkpoint is {:?}, the program expects {want:?}", leaf.name, a.ty()));
+    fn updates_per_unit(&self) -> u64 {
+        self.shape.updates_per_call as u64
+    }
+
+    fn units_per_report(&self) -> u64 {
+        1
+    }
+
+    fn seeds(&self) -> usize {
+        self.shape.seeds
+    }
+
+    fn title(&self) -> String {
+        format!("{} on {}", self.agent, self.env)
+    }
+
+    /// A fresh state from `seed` (seeds `seed ..` for several): the same learner on every
+    /// device, each device's own environments. The init program runs once, so it runs in
+    /// the reference interpreter rather than paying an XLA compile (its loops, the
+    /// orthogonal inits, cost seconds).
+    fn init(&mut self, seed: i64) -> Result<(), String> {
+        let key = match self.shape.seeds {
+            1 => crate::io::seed_key(seed),
+            n => {
+                let keys: Vec<u32> = (0..n as i64).flat_map(|i| words(&crate::io::seed_key(seed + i))).collect();
+                Array::new(vec![n, 2], Data::U32(keys))
             }
-            let parts = match leaf.kind {
-                LeafKind::Shared => vec![a.clone(); d],
-                LeafKind::PerEnv | LeafKind::PerDevice => split_parts(a, leaf, d),
-            };
-            for (dev, p) in parts.iter().enumerate() {
-                state[dev].push(self.client.upload(p, dev).map_err(|e| e.to_string())?);
-            }
+        };
+        let per_device: Vec<Vec<Array>> = (0..self.shape.devices)
+            .map(|d| crate::ir::eval::eval_func(&self.programs.init, &[key.clone(), Array::i32(vec![], vec![d as i32])]))
+            .collect();
+        self.state.upload(self.client, &per_device)
+    }
+
+    fn snapshot(&self) -> Result<Vec<(String, Array)>, String> {
+        self.state.snapshot()
+    }
+
+    fn restore(&mut self, arrays: &[(String, Array)]) -> Result<(), String> {
+        self.state.restore(self.client, arrays)
+    }
+
+    fn run(
+        &mut self,
+        _seed: i64,
+        start: u64,
+        end: u64,
+        on_report: &mut dyn FnMut(&Self, Reported) -> Result<(), String>,
+    ) -> Result<(), String> {
+        for calls in start + 1..=end {
+            let seeds = self.step()?;
+            on_report(self, Reported { units: calls, seeds, extra: Default::default() })?;
         }
-        self.state = state;
         Ok(())
     }
-}
-
-/// A state array's type in a checkpoint: the devices' parts joined along the environment
-/// axis or stacked (PRNG keys); the learner once.
-pub fn saved_ty(leaf: &Leaf, devices: usize) -> ArrayTy {
-    let mut shape = leaf.ty.shape.clone();
-    match leaf.kind {
-        LeafKind::Shared => {}
-        LeafKind::PerEnv => shape[usize::from(leaf.seeded)] *= devices,
-        LeafKind::PerDevice => shape.insert(0, devices),
-    }
-    ArrayTy::new(leaf.ty.dtype, shape)
-}
-
-/// How many seeds' rows the devices' parts of `leaf` interleave when joined: with a seed
-/// axis, a per-environment array is joined seed by seed.
-fn seed_rows(leaf: &Leaf) -> usize {
-    match (leaf.kind, leaf.seeded) {
-        (LeafKind::PerEnv, true) => leaf.ty.shape[0],
-        _ => 1,
-    }
-}
-
-/// Joins the devices' parts of an array into its [`saved_ty`].
-pub fn join_parts(parts: &[&Array], leaf: &Leaf) -> Array {
-    let rows = seed_rows(leaf);
-    let bytes: Vec<Vec<u8>> = parts.iter().map(|p| p.to_bytes()).collect();
-    let chunk = bytes[0].len() / rows;
-    let joined: Vec<u8> =
-        (0..rows).flat_map(|r| bytes.iter().flat_map(move |b| &b[r * chunk..(r + 1) * chunk])).copied().collect();
-    Array::from_bytes(&saved_ty(leaf, parts.len()), &joined).expect("each part has the leaf's type")
-}
-
-/// The inverse of [`join_parts`], for an array already checked to have the saved type: the
-/// devices' parts.
-pub fn split_parts(a: &Array, leaf: &Leaf, devices: usize) -> Vec<Array> {
-    let (bytes, rows) = (a.to_bytes(), seed_rows(leaf));
-    let chunk = bytes.len() / rows / devices;
-    (0..devices)
-        .map(|d| {
-            let part: Vec<u8> = (0..rows)
-                .flat_map(|r| &bytes[(r * devices + d) * chunk..(r * devices + d + 1) * chunk])
-                .copied()
-                .collect();
-            Array::from_bytes(&leaf.ty, &part).expect("checked size")
-        })
-        .collect()
 }
 
 /// A key's two words.
@@ -309,31 +242,4 @@ fn words(key: &Array) -> Vec<u32> {
         Data::U32(w) => w.clone(),
         d => unreachable!("a key is u32, not {d:?}"),
     }
-}
-
-/// A report as a `metrics.jsonl` record; `seed` is the run's, for a run of several.
-pub fn record(
-    report: &Report,
-    seed: Option<i64>,
-    env_steps: u64,
-    updates: u64,
-    steps_per_sec: f64,
-    wall_s: f64,
-) -> Map<String, Value> {
-    let mut r = Map::new();
-    if let Some(s) = seed {
-        r.insert("seed".into(), json!(s));
-    }
-    r.insert("env_steps".into(), json!(env_steps));
-    r.insert("updates".into(), json!(updates));
-    r.insert("episode_return".into(), json!(report.episode_return));
-    r.insert("episode_length".into(), json!(report.episode_length));
-    r.insert("episodes".into(), json!(report.episodes));
-    for (name, v) in &report.metrics {
-        let key = if name == "total" { "loss".to_string() } else { name.clone() };
-        r.insert(key, json!(v));
-    }
-    r.insert("steps_per_sec".into(), json!(steps_per_sec));
-    r.insert("wall_s".into(), json!(wall_s));
-    r
 }

@@ -10,4 +10,6 @@ pub mod eval;
 pub mod metrics;
 pub mod plot;
 pub mod progress;
+pub mod run;
 pub mod sebulba;
+pub mod state;

@@ -1,15 +1,14 @@
 //! `podc train --env URI` and `podc bench train --env URI`: the Sebulba driver.
 
-use super::{BenchTrainArgs, Failure, SebulbaFlags, Sizes, TrainArgs, config, prepare, resume_from};
+use super::{BenchTrainArgs, Failure, SebulbaFlags, Sizes, TrainArgs, config, done, prepare, resume, run_options};
 use crate::diag::emit_stderr;
 use crate::driver::LoadOptions;
 use crate::elab::agent::{AgentFuncs, build_agent};
 use crate::resolve::Program;
 use crate::runtime::Client;
 use crate::syntax::ast;
-use crate::train::anakin::record;
-use crate::train::sebulba::{Config, Sebulba, SebulbaReport};
-use crate::train::{checkpoint, metrics, plot, progress::Progress};
+use crate::train::run::{self, Driver, Reported};
+use crate::train::sebulba::{Config, Sebulba};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -140,37 +139,12 @@ fn recorded_imports(modules: &[String]) -> Vec<String> {
     modules.iter().map(|m| absolute(m).map_or_else(|| m.clone(), |p| p.display().to_string())).collect()
 }
 
-/// A report as a `metrics.jsonl` record: Anakin's keys, then Sebulba's.
-fn sebulba_record(r: &SebulbaReport, cfg: &Config, sps: f64, wall_s: f64) -> metrics::Record {
-    let env_steps = r.updates * cfg.steps_per_update();
-    let mut rec = record(&r.report, None, env_steps, r.updates, sps, wall_s);
-    rec.insert("policy_lag".into(), json!(r.policy_lag));
-    rec.insert("actor_idle".into(), json!(r.actor_idle));
-    rec.insert("learner_idle".into(), json!(r.learner_idle));
-    rec.insert("worker_restarts".into(), json!(r.worker_restarts));
-    rec
-}
-
 pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
     let s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
     let cfg = sebulba_config(&a, &s);
-    let resumed = a.resume.as_deref().map(|dir| resume_from(dir, &cfg).map(|(ar, m)| (dir, ar, m))).transpose()?;
+    let resumed = resume(&a, &cfg)?;
     let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
-    let per_update = s.cfg.steps_per_update();
-    let (start, mut log) = match resumed {
-        Some((from, arrays, meta)) => {
-            t.restore(&arrays)?;
-            let updates = meta["updates"].as_u64().ok_or("the checkpoint has no update count")?;
-            (updates, metrics::MetricsLog::open_resume(from, &a.out, updates * per_update)?)
-        }
-        None => {
-            t.init(&s.agent, a.seed)?;
-            (0, metrics::MetricsLog::create(&a.out)?)
-        }
-    };
-    let k = s.cfg.updates_per_report as u64;
-    let end = a.total_steps.div_ceil(per_update * k) * k;
     if !a.quiet {
         let c = &s.cfg;
         eprintln!(
@@ -186,45 +160,9 @@ pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
             t.compile_s
         );
     }
-    let bar = Progress::new(end * per_update, start * per_update, a.quiet);
-    let began = Instant::now();
-    let mut last = Instant::now();
-    let mut reports = 0u64;
-    let mut last_return = None;
-    let mut on_report = |r: &SebulbaReport, t: &Sebulba| -> Result<(), String> {
-        let now = Instant::now();
-        let sps = (k * per_update) as f64 / now.duration_since(last).as_secs_f64();
-        last = now;
-        log.append(&sebulba_record(r, &s.cfg, sps, began.elapsed().as_secs_f64())).map_err(|e| e.to_string())?;
-        bar.update(r.updates * per_update, r.report.episode_return);
-        last_return = r.report.episode_return.or(last_return);
-        reports += 1;
-        if reports.is_multiple_of(a.checkpoint_every) || r.updates == end {
-            save(t, &a.out, &cfg, r.updates, r.updates * per_update)?;
-        }
-        Ok(())
-    };
-    t.run(a.seed, start, end, &mut on_report)?;
-    bar.finish();
-    let records = metrics::read(&a.out)?;
-    let title = format!("{} on {}", s.agent.info.name, s.cfg.uri);
-    plot::plot_curve(&a.out.join("curve.png"), &plot::curve_points(&records), &title)?;
-    if !a.quiet {
-        eprintln!(
-            "done: {} env steps; last mean return {}; wrote {}",
-            end * per_update,
-            last_return.map_or("-".into(), |r| format!("{r:.3}")),
-            a.out.display()
-        );
-    }
+    let summary = run::train(&mut t, &run_options(&a, cfg), resumed)?;
+    done(&a, &summary);
     Ok(())
-}
-
-fn save(t: &Sebulba, dir: &Path, cfg: &Value, updates: u64, env_steps: u64) -> Result<(), String> {
-    let arrays = t.snapshot()?;
-    let meta = json!({ "config": cfg, "updates": updates, "env_steps": env_steps });
-    checkpoint::save(dir, &arrays, &meta)
-        .map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", dir.display()))
 }
 
 /// Compile time, then env steps per second as the median over `runs` reports (of
@@ -233,17 +171,18 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
     let s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
     let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
-    t.init(&s.agent, 0)?;
+    t.init(0)?;
     let k = s.cfg.updates_per_report as u64;
     let per_report = (k * s.cfg.steps_per_update()) as f64;
     let mut last = Instant::now();
     let mut runs: Vec<(f64, f64, f64)> = vec![];
-    let mut on_report = |r: &SebulbaReport, _: &Sebulba| -> Result<(), String> {
+    let mut on_report = |_: &Sebulba, r: Reported| -> Result<(), String> {
         let dt: Duration = last.elapsed();
         last = Instant::now();
         // The first report is the warm-up: threads and workers start, the first calls run.
-        if r.updates > k {
-            runs.push((per_report / dt.as_secs_f64(), r.actor_idle, r.learner_idle));
+        if r.units > k {
+            let extra = |key: &str| r.extra[key].as_f64().unwrap_or(f64::NAN);
+            runs.push((per_report / dt.as_secs_f64(), extra("actor_idle"), extra("learner_idle")));
         }
         Ok(())
     };

@@ -27,8 +27,10 @@ use crate::elab::sebulba::{SebulbaPrograms, sebulba_programs};
 use crate::host::{self, EnvSpec};
 use crate::lower::stablehlo::lower_module_donating;
 use crate::resolve::Program;
+use crate::ir::Func;
 use crate::runtime::{Buffer, Client, Executable};
-use crate::train::anakin::{Report, join_parts, saved_ty, split_parts};
+use crate::train::run::{Driver, Report, Reported};
+use crate::train::state::DeviceState;
 use policy::PolicyStore;
 use rollout::{Entries, Episodes, Layout, Rollout};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -98,19 +100,6 @@ impl Config {
     }
 }
 
-/// One report: [`Report`]'s fields plus what Sebulba adds.
-pub struct SebulbaReport {
-    pub report: Report,
-    /// Updates done so far (over the run's whole life).
-    pub updates: u64,
-    /// Mean over the report's rollouts of (learner version at the update) - (version that acted).
-    pub policy_lag: f64,
-    /// Fractions of the report's wall time the actor threads (on average) and the learner waited.
-    pub actor_idle: f64,
-    pub learner_idle: f64,
-    pub worker_restarts: u64,
-}
-
 /// The agent's env as a host env spec, to check the host env against.
 pub fn agent_spec(agent: &AgentInfo) -> Result<EnvSpec, String> {
     let env = &agent.env;
@@ -127,14 +116,15 @@ pub struct Sebulba {
     pub cfg: Config,
     pub programs: SebulbaPrograms,
     pub spec: EnvSpec,
-    /// The learner state's leaves (the learner's, then the update key per device).
-    pub state: Vec<Leaf>,
+    pub agent: String,
     pub compile_s: f64,
+    /// The agent's `init`.
+    init: Func,
     learn: Executable,
     /// One actor program per actor device, in `cfg.actor_devices`' order.
     act: Vec<Arc<Executable>>,
-    /// Per learner device: the learner's buffers, then the key.
-    buffers: Vec<Vec<Buffer>>,
+    /// On the learner devices: the learner's leaves, then the update key per device.
+    state: DeviceState,
 }
 
 impl Sebulba {
@@ -167,97 +157,180 @@ impl Sebulba {
             .collect();
         let rng = ArrayTy::new(DType::U32, vec![2]);
         state.push(Leaf { name: "rng".into(), ty: rng, kind: LeafKind::PerDevice, seeded: false });
+        let state = DeviceState::new(state, cfg.learner_devices.clone());
         Ok(Sebulba {
             client: client.clone(),
             cfg,
             programs,
             spec,
-            state,
+            agent: agent.info.name.clone(),
             compile_s: start.elapsed().as_secs_f64(),
+            init: agent.init.clone(),
             learn,
             act,
-            buffers: vec![],
+            state,
         })
-    }
-
-    /// The learner from `init(k)` (the interpreter; it runs once) on every learner device,
-    /// with each device's update key.
-    pub fn init(&mut self, agent: &AgentFuncs, seed: i64) -> Result<(), String> {
-        let learner = crate::ir::eval::eval_func(&agent.init, &[keys(seed, 0, 0)?.0]);
-        let mut buffers = vec![];
-        for (i, &d) in self.cfg.learner_devices.iter().enumerate() {
-            let key = keys(seed, i as i32, 0)?.1;
-            let bufs = learner.iter().chain([&key]).map(|a| self.client.upload(a, d)).collect::<Result<Vec<_>, _>>();
-            buffers.push(bufs.map_err(|e| e.to_string())?);
-        }
-        self.buffers = buffers;
-        Ok(())
-    }
-
-    /// The learner by name (checked identical on every learner device) and the keys stacked.
-    pub fn snapshot(&self) -> Result<Vec<(String, Array)>, String> {
-        let per_device: Vec<Vec<Array>> = self
-            .buffers
-            .iter()
-            .map(|s| s.iter().map(|b| b.download().map_err(|e| e.to_string())).collect::<Result<Vec<_>, _>>())
-            .collect::<Result<_, _>>()?;
-        let mut out = vec![];
-        for (i, leaf) in self.state.iter().enumerate() {
-            let parts: Vec<&Array> = per_device.iter().map(|d| &d[i]).collect();
-            let value = match leaf.kind {
-                LeafKind::Shared if parts.iter().any(|p| *p != parts[0]) => {
-                    return Err(format!(
-                        "`{}` differs between learner devices: the update must average its gradients with `pmean`",
-                        leaf.name
-                    ));
-                }
-                LeafKind::Shared => parts[0].clone(),
-                _ => join_parts(&parts, leaf),
-            };
-            out.push((leaf.name.clone(), value));
-        }
-        Ok(out)
-    }
-
-    /// Puts a snapshot back on the learner devices.
-    pub fn restore(&mut self, arrays: &[(String, Array)]) -> Result<(), String> {
-        let devices = &self.cfg.learner_devices;
-        let mut buffers: Vec<Vec<Buffer>> = devices.iter().map(|_| vec![]).collect();
-        for leaf in &self.state {
-            let (_, a) = arrays
-                .iter()
-                .find(|(n, _)| *n == leaf.name)
-                .ok_or_else(|| format!("the checkpoint has no array `{}`", leaf.name))?;
-            let want = saved_ty(leaf, devices.len());
-            if a.ty() != want {
-                return Err(format!("`{}` in the checkpoint is {:?}, the program expects {want:?}", leaf.name, a.ty()));
-            }
-            let parts = match leaf.kind {
-                LeafKind::Shared => vec![a.clone(); devices.len()],
-                _ => split_parts(a, leaf, devices.len()),
-            };
-            for (i, p) in parts.iter().enumerate() {
-                buffers[i].push(self.client.upload(p, devices[i]).map_err(|e| e.to_string())?);
-            }
-        }
-        self.buffers = buffers;
-        Ok(())
     }
 
     /// The policy leaves (what the actor program reads) of the learner on device 0.
     fn policy(&self) -> Result<Vec<Array>, String> {
         let p = &self.programs.policy;
-        p.iter().map(|&i| self.buffers[0][i].download().map_err(|e| e.to_string())).collect()
+        p.iter().map(|&i| self.state.buffers[0][i].download().map_err(|e| e.to_string())).collect()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn learn_loop(
+        &mut self,
+        rxs: Vec<Receiver<Result<Rollout, String>>>,
+        layout: &Layout,
+        store: &PolicyStore,
+        (start, end): (u64, u64),
+        restarts: &[Arc<AtomicU64>],
+        notes: &Mutex<Vec<String>>,
+        on_report: &mut dyn FnMut(&Sebulba, Reported) -> Result<(), String>,
+    ) -> Result<(), String> {
+        let k = self.cfg.updates_per_report as u64;
+        let n = self.programs.learner.len();
+        let traj_tys: Vec<ArrayTy> = self.programs.learn.param_types()[n + 1..].to_vec();
+        let mut acc = Acc::default();
+        let mut since = Instant::now();
+        for u in start..end {
+            let t0 = Instant::now();
+            let mut parts = vec![];
+            for (i, rx) in rxs.iter().enumerate() {
+                match rx.recv() {
+                    Ok(Ok(r)) => parts.push(r),
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => return Err(format!("actor thread {i} stopped without a reason")),
+                }
+            }
+            acc.learner_wait += t0.elapsed().as_secs_f64();
+            for note in notes.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                eprintln!("note: {note}");
+            }
+            for p in &parts {
+                acc.lag += u.saturating_sub(p.version) as f64;
+                acc.actor_wait += p.idle_s;
+                acc.episodes.add(&p.episodes);
+            }
+            acc.rollouts += parts.len();
+            let metrics = self.update(&parts, layout, &traj_tys)?;
+            acc.add_metrics(&metrics);
+            store.publish(u + 1, self.policy()?);
+            if (u + 1 - start).is_multiple_of(k) {
+                let wall = since.elapsed().as_secs_f64().max(1e-9);
+                since = Instant::now();
+                let e = acc.episodes;
+                let mean = |s: f64| (e.count > 0).then(|| s / e.count as f64);
+                let names = self.metric_names();
+                let report = Report {
+                    episode_return: mean(e.return_sum),
+                    episode_length: mean(e.length_sum),
+                    episodes: e.count,
+                    metrics: names.into_iter().zip(acc.metrics.iter().map(|m| m / k as f64)).collect(),
+                };
+                let mut extra = serde_json::Map::new();
+                extra.insert("policy_lag".into(), (acc.lag / acc.rollouts.max(1) as f64).into());
+                extra.insert("actor_idle".into(), (acc.actor_wait / (self.cfg.actor_threads as f64 * wall)).into());
+                extra.insert("learner_idle".into(), (acc.learner_wait / wall).into());
+                let worker_restarts: u64 = restarts.iter().map(|r| r.load(Ordering::Relaxed)).sum();
+                extra.insert("worker_restarts".into(), worker_restarts.into());
+                on_report(self, Reported { units: u + 1, seeds: vec![report], extra })?;
+                acc = Acc::default();
+            }
+        }
+        Ok(())
+    }
+
+    fn metric_names(&self) -> Vec<String> {
+        let n = self.programs.learner.len();
+        let count = self.programs.learn.graph.results.len() - n - 1;
+        (0..count).map(|i| self.programs.metrics.get(i).cloned().unwrap_or_else(|| format!("metric{i}"))).collect()
+    }
+
+    /// One update on the joined rollouts; returns the agent's metrics.
+    fn update(&mut self, parts: &[Rollout], layout: &Layout, tys: &[ArrayTy]) -> Result<Vec<f64>, String> {
+        let devices = self.cfg.learner_devices.clone();
+        let shares = rollout::assemble(parts, layout, devices.len());
+        let mut uploads: Vec<Vec<Buffer>> = vec![];
+        for (d, share) in devices.iter().zip(&shares) {
+            let mut bufs = vec![];
+            for (bytes, ty) in share.iter().zip(tys) {
+                let a = Array::from_bytes(ty, bytes)
+                    .ok_or_else(|| format!("a rollout field of {} bytes is not `{ty}`", bytes.len()))?;
+                bufs.push(self.client.upload(&a, *d).map_err(|e| e.to_string())?);
+            }
+            uploads.push(bufs);
+        }
+        let args: Vec<Vec<&Buffer>> =
+            self.state.buffers.iter().zip(&uploads).map(|(state, traj)| state.iter().chain(traj).collect()).collect();
+        let mut outs = self.learn.execute_replicated(&args).map_err(|e| e.to_string())?;
+        let keep = self.state.leaves.len();
+        let metrics = outs[0][keep..]
+            .iter()
+            .map(|b| match b.download().map(|a| a.data) {
+                Ok(crate::array::Data::F32(v)) => Ok(v[0] as f64),
+                Ok(_) => Err("a metric is not f32".to_string()),
+                Err(e) => Err(e.to_string()),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        for o in &mut outs {
+            o.truncate(keep);
+        }
+        self.state.buffers = outs;
+        Ok(metrics)
+    }
+}
+
+impl Driver for Sebulba {
+    const UNIT: &'static str = "updates";
+
+    fn steps_per_unit(&self) -> u64 {
+        self.cfg.steps_per_update()
+    }
+
+    fn updates_per_unit(&self) -> u64 {
+        1
+    }
+
+    fn units_per_report(&self) -> u64 {
+        self.cfg.updates_per_report as u64
+    }
+
+    fn seeds(&self) -> usize {
+        1
+    }
+
+    fn title(&self) -> String {
+        format!("{} on {}", self.agent, self.cfg.uri)
+    }
+
+    /// The learner from `init(k)` (the interpreter; it runs once) on every learner device,
+    /// with each device's update key.
+    fn init(&mut self, seed: i64) -> Result<(), String> {
+        let learner = crate::ir::eval::eval_func(&self.init, &[keys(seed, 0, 0)?.0]);
+        let per_device = (0..self.cfg.learner_devices.len())
+            .map(|i| Ok(learner.iter().cloned().chain([keys(seed, i as i32, 0)?.1]).collect()))
+            .collect::<Result<Vec<Vec<Array>>, String>>()?;
+        self.state.upload(&self.client, &per_device)
+    }
+
+    fn snapshot(&self) -> Result<Vec<(String, Array)>, String> {
+        self.state.snapshot()
+    }
+
+    fn restore(&mut self, arrays: &[(String, Array)]) -> Result<(), String> {
+        self.state.restore(&self.client, arrays)
     }
 
     /// Trains from `start` updates to `end`, calling `on_report` every
     /// `updates_per_report` updates. Actor threads start and stop inside.
-    pub fn run(
+    fn run(
         &mut self,
         seed: i64,
         start: u64,
         end: u64,
-        on_report: &mut dyn FnMut(&SebulbaReport, &Sebulba) -> Result<(), String>,
+        on_report: &mut dyn FnMut(&Self, Reported) -> Result<(), String>,
     ) -> Result<(), String> {
         let cfg = self.cfg.clone();
         let threads = cfg.actor_threads;
@@ -313,109 +386,6 @@ impl Sebulba {
         })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn learn_loop(
-        &mut self,
-        rxs: Vec<Receiver<Result<Rollout, String>>>,
-        layout: &Layout,
-        store: &PolicyStore,
-        (start, end): (u64, u64),
-        restarts: &[Arc<AtomicU64>],
-        notes: &Mutex<Vec<String>>,
-        on_report: &mut dyn FnMut(&SebulbaReport, &Sebulba) -> Result<(), String>,
-    ) -> Result<(), String> {
-        let k = self.cfg.updates_per_report as u64;
-        let n = self.programs.learner.len();
-        let traj_tys: Vec<ArrayTy> = self.programs.learn.param_types()[n + 1..].to_vec();
-        let mut acc = Acc::default();
-        let mut since = Instant::now();
-        for u in start..end {
-            let t0 = Instant::now();
-            let mut parts = vec![];
-            for (i, rx) in rxs.iter().enumerate() {
-                match rx.recv() {
-                    Ok(Ok(r)) => parts.push(r),
-                    Ok(Err(e)) => return Err(e),
-                    Err(_) => return Err(format!("actor thread {i} stopped without a reason")),
-                }
-            }
-            acc.learner_wait += t0.elapsed().as_secs_f64();
-            for note in notes.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-                eprintln!("note: {note}");
-            }
-            for p in &parts {
-                acc.lag += u.saturating_sub(p.version) as f64;
-                acc.actor_wait += p.idle_s;
-                acc.episodes.add(&p.episodes);
-            }
-            acc.rollouts += parts.len();
-            let metrics = self.update(&parts, layout, &traj_tys)?;
-            acc.add_metrics(&metrics);
-            store.publish(u + 1, self.policy()?);
-            if (u + 1 - start).is_multiple_of(k) {
-                let wall = since.elapsed().as_secs_f64().max(1e-9);
-                since = Instant::now();
-                let e = acc.episodes;
-                let mean = |s: f64| (e.count > 0).then(|| s / e.count as f64);
-                let names = self.metric_names();
-                let report = SebulbaReport {
-                    report: Report {
-                        episode_return: mean(e.return_sum),
-                        episode_length: mean(e.length_sum),
-                        episodes: e.count,
-                        metrics: names.into_iter().zip(acc.metrics.iter().map(|m| m / k as f64)).collect(),
-                    },
-                    updates: u + 1,
-                    policy_lag: acc.lag / acc.rollouts.max(1) as f64,
-                    actor_idle: acc.actor_wait / (self.cfg.actor_threads as f64 * wall),
-                    learner_idle: acc.learner_wait / wall,
-                    worker_restarts: restarts.iter().map(|r| r.load(Ordering::Relaxed)).sum(),
-                };
-                on_report(&report, self)?;
-                acc = Acc::default();
-            }
-        }
-        Ok(())
-    }
-
-    fn metric_names(&self) -> Vec<String> {
-        let n = self.programs.learner.len();
-        let count = self.programs.learn.graph.results.len() - n - 1;
-        (0..count).map(|i| self.programs.metrics.get(i).cloned().unwrap_or_else(|| format!("metric{i}"))).collect()
-    }
-
-    /// One update on the joined rollouts; returns the agent's metrics.
-    fn update(&mut self, parts: &[Rollout], layout: &Layout, tys: &[ArrayTy]) -> Result<Vec<f64>, String> {
-        let devices = self.cfg.learner_devices.clone();
-        let shares = rollout::assemble(parts, layout, devices.len());
-        let mut uploads: Vec<Vec<Buffer>> = vec![];
-        for (d, share) in devices.iter().zip(&shares) {
-            let mut bufs = vec![];
-            for (bytes, ty) in share.iter().zip(tys) {
-                let a = Array::from_bytes(ty, bytes)
-                    .ok_or_else(|| format!("a rollout field of {} bytes is not `{ty}`", bytes.len()))?;
-                bufs.push(self.client.upload(&a, *d).map_err(|e| e.to_string())?);
-            }
-            uploads.push(bufs);
-        }
-        let args: Vec<Vec<&Buffer>> =
-            self.buffers.iter().zip(&uploads).map(|(state, traj)| state.iter().chain(traj).collect()).collect();
-        let mut outs = self.learn.execute_replicated(&args).map_err(|e| e.to_string())?;
-        let keep = self.state.len();
-        let metrics = outs[0][keep..]
-            .iter()
-            .map(|b| match b.download().map(|a| a.data) {
-                Ok(crate::array::Data::F32(v)) => Ok(v[0] as f64),
-                Ok(_) => Err("a metric is not f32".to_string()),
-                Err(e) => Err(e.to_string()),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        for o in &mut outs {
-            o.truncate(keep);
-        }
-        self.buffers = outs;
-        Ok(metrics)
-    }
 }
 
 /// What a report accumulates over its updates.

@@ -1,0 +1,199 @@
+//! The run loop both drivers share: a fresh or resumed state, each report to the metrics
+//! log and the progress bar, checkpoints on schedule and at the end, the learning curve.
+//! A driver ([`Driver`]: Anakin's [`Trainer`](super::anakin::Trainer), Sebulba's
+//! [`Sebulba`](super::sebulba::Sebulba)) only trains and reports; what a run writes is
+//! decided here, once.
+
+use super::{checkpoint, metrics, plot, progress::Progress};
+use crate::array::Array;
+use serde_json::{Map, Value, json};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// One seed's metrics over a report's updates.
+pub struct Report {
+    /// Mean return and length of the episodes that ended (`None` if none).
+    pub episode_return: Option<f64>,
+    pub episode_length: Option<f64>,
+    pub episodes: u64,
+    /// The agent's metrics by name, averaged over the updates (and the devices).
+    pub metrics: Vec<(String, f64)>,
+}
+
+/// What a driver reports every [`Driver::units_per_report`] units.
+pub struct Reported {
+    /// Units done so far, over the run's whole life.
+    pub units: u64,
+    /// One report per seed.
+    pub seeds: Vec<Report>,
+    /// Fields the driver adds to each record, after the common ones.
+    pub extra: Map<String, Value>,
+}
+
+/// A training driver, as the run loop sees it. Its work comes in units (Anakin: a call
+/// of K updates; Sebulba: one update), reported in groups.
+pub trait Driver {
+    /// The checkpoint's name for the units done: `calls` or `updates`.
+    const UNIT: &'static str;
+    /// Env steps per unit, of each seed's run.
+    fn steps_per_unit(&self) -> u64;
+    /// Agent updates per unit.
+    fn updates_per_unit(&self) -> u64;
+    fn units_per_report(&self) -> u64;
+    /// Independent runs batched together (seeds `seed ..`).
+    fn seeds(&self) -> usize;
+    /// The title of the learning curve.
+    fn title(&self) -> String;
+    /// A fresh state from `seed`.
+    fn init(&mut self, seed: i64) -> Result<(), String>;
+    /// The state by name, for a checkpoint.
+    fn snapshot(&self) -> Result<Vec<(String, Array)>, String>;
+    /// Puts a snapshot back.
+    fn restore(&mut self, arrays: &[(String, Array)]) -> Result<(), String>;
+    /// Trains from `start` units to `end` (a multiple of [`Driver::units_per_report`]
+    /// past `start`), calling `on_report` after each report's units.
+    fn run(
+        &mut self,
+        seed: i64,
+        start: u64,
+        end: u64,
+        on_report: &mut dyn FnMut(&Self, Reported) -> Result<(), String>,
+    ) -> Result<(), String>;
+}
+
+/// A run's settings besides the driver's.
+pub struct RunOptions {
+    pub out: PathBuf,
+    /// The settings a resumed run must share (see [`resume_from`]).
+    pub config: Value,
+    pub seed: i64,
+    pub total_steps: u64,
+    /// Checkpoint every this many reports (and at the end).
+    pub checkpoint_every: u64,
+    pub quiet: bool,
+}
+
+/// A checkpoint to continue from, read (and its settings compared) before compiling.
+pub struct Resume {
+    pub from: PathBuf,
+    pub arrays: Vec<(String, Array)>,
+    pub meta: Value,
+}
+
+/// The checkpoint in `dir`, refused when any of its run's settings differs from this run's
+/// `config` (one that either side lacks counts as `null`; the file may move).
+pub fn resume_from(dir: &Path, config: &Value) -> Result<Resume, String> {
+    let (arrays, meta) = checkpoint::load(dir).map_err(|e| e.to_string())?;
+    let saved = &meta["config"];
+    let keys = config.as_object().into_iter().chain(saved.as_object()).flat_map(|o| o.keys());
+    for k in keys.filter(|k| *k != "file") {
+        let (theirs, ours) = (&saved[k], config.get(k).unwrap_or(&Value::Null));
+        if theirs != ours {
+            return Err(format!(
+                "cannot resume from `{}`: its `{k}` is {theirs}, this run's is {ours}; resume with the same flags",
+                dir.display()
+            ));
+        }
+    }
+    Ok(Resume { from: dir.to_path_buf(), arrays, meta })
+}
+
+/// How a run ended.
+pub struct Summary {
+    pub env_steps: u64,
+    /// The mean return of the last report in which episodes ended.
+    pub last_return: Option<f64>,
+}
+
+/// Trains `d` from a fresh state or `resume` until `total_steps` env steps (rounded up to
+/// whole reports), writing the metrics log, checkpoints and the curve into `o.out`.
+pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Result<Summary, String> {
+    let per_unit = d.steps_per_unit();
+    let (start, mut log) = match resume {
+        Some(r) => {
+            d.restore(&r.arrays)?;
+            let units =
+                r.meta[D::UNIT].as_u64().ok_or_else(|| format!("the checkpoint has no {} count", D::UNIT))?;
+            // Resumed into another directory, the log starts with the run's log so far.
+            (units, metrics::MetricsLog::open_resume(&r.from, &o.out, units * per_unit).map_err(|e| e.to_string())?)
+        }
+        None => {
+            d.init(o.seed)?;
+            (0, metrics::MetricsLog::create(&o.out).map_err(|e| e.to_string())?)
+        }
+    };
+    let k = d.units_per_report();
+    let end = o.total_steps.div_ceil(per_unit * k) * k;
+    let bar = Progress::new(end * per_unit, start * per_unit, o.quiet);
+    let began = Instant::now();
+    let mut last = Instant::now();
+    let mut on_report = |d: &D, r: Reported| -> Result<(), String> {
+        let now = Instant::now();
+        // Throughput counts every seed's steps; `env_steps` each seed's own.
+        let sps = (k * per_unit * d.seeds() as u64) as f64 / now.duration_since(last).as_secs_f64();
+        last = now;
+        let env_steps = r.units * per_unit;
+        let updates = r.units * d.updates_per_unit();
+        let wall_s = began.elapsed().as_secs_f64();
+        for (i, report) in r.seeds.iter().enumerate() {
+            let seed = (r.seeds.len() > 1).then_some(o.seed + i as i64);
+            let mut rec = record(report, seed, env_steps, updates, sps, wall_s);
+            rec.extend(r.extra.clone());
+            log.append(&rec).map_err(|e| e.to_string())?;
+        }
+        bar.update(env_steps, mean_return(&r.seeds));
+        if (r.units / k).is_multiple_of(o.checkpoint_every) || r.units == end {
+            save(d, &o.out, &o.config, r.units, env_steps)?;
+        }
+        Ok(())
+    };
+    d.run(o.seed, start, end, &mut on_report)?;
+    bar.finish();
+    let records = metrics::read(&o.out).map_err(|e| e.to_string())?;
+    plot::plot_curves(&o.out.join("curve.png"), &plot::seed_curves(&records), &d.title()).map_err(|e| e.to_string())?;
+    let last_return = records.iter().rev().find_map(|r| r.get("episode_return").and_then(Value::as_f64));
+    Ok(Summary { env_steps: end * per_unit, last_return })
+}
+
+/// The mean over seeds of the mean episode returns (of the seeds whose episodes ended).
+fn mean_return(reports: &[Report]) -> Option<f64> {
+    let returns: Vec<f64> = reports.iter().filter_map(|r| r.episode_return).collect();
+    (!returns.is_empty()).then(|| returns.iter().sum::<f64>() / returns.len() as f64)
+}
+
+fn save<D: Driver>(d: &D, dir: &Path, config: &Value, units: u64, env_steps: u64) -> Result<(), String> {
+    let arrays = d.snapshot()?;
+    let mut meta = Map::new();
+    meta.insert("config".into(), config.clone());
+    meta.insert(D::UNIT.into(), json!(units));
+    meta.insert("env_steps".into(), json!(env_steps));
+    checkpoint::save(dir, &arrays, &Value::Object(meta))
+        .map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", dir.display()))
+}
+
+/// A report as a `metrics.jsonl` record; `seed` is the run's, for a run of several.
+pub fn record(
+    report: &Report,
+    seed: Option<i64>,
+    env_steps: u64,
+    updates: u64,
+    steps_per_sec: f64,
+    wall_s: f64,
+) -> Map<String, Value> {
+    let mut r = Map::new();
+    if let Some(s) = seed {
+        r.insert("seed".into(), json!(s));
+    }
+    r.insert("env_steps".into(), json!(env_steps));
+    r.insert("updates".into(), json!(updates));
+    r.insert("episode_return".into(), json!(report.episode_return));
+    r.insert("episode_length".into(), json!(report.episode_length));
+    r.insert("episodes".into(), json!(report.episodes));
+    for (name, v) in &report.metrics {
+        let key = if name == "total" { "loss".to_string() } else { name.clone() };
+        r.insert(key, json!(v));
+    }
+    r.insert("steps_per_sec".into(), json!(steps_per_sec));
+    r.insert("wall_s".into(), json!(wall_s));
+    r
+}
