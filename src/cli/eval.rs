@@ -2,7 +2,7 @@
 //! many episodes, and one episode as an animated GIF, on the agent's `.pod` env or on a
 //! host env: the one a `podc train --env URI` run trained on, or `--env URI`.
 
-use super::train::sebulba::{own_env_uri, pod_load, same_file};
+use super::run_env::{own_env_uri, pod_load, same_file};
 use super::{Failure, SourceArgs, load};
 use crate::array::Array;
 use crate::diag::emit_stderr;

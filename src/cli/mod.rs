@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 mod bench;
 mod env;
 mod eval;
+mod run_env;
 mod train;
 
 #[derive(Parser)]

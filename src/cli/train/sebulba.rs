@@ -1,12 +1,12 @@
 //! `podc train --env URI` and `podc bench train --env URI`: the Sebulba driver.
 
 use super::{BenchTrainArgs, Failure, SebulbaFlags, Sizes, TrainArgs, config, done, prepare, resume, run_options};
+use crate::cli::run_env::{own_env_uri, pod_load};
 use crate::diag::emit_stderr;
 use crate::driver::LoadOptions;
 use crate::elab::agent::{AgentFuncs, build_agent};
 use crate::resolve::Program;
 use crate::runtime::Client;
-use crate::syntax::ast;
 use crate::train::run::{self, Driver, Reported};
 use crate::train::sebulba::{Config, Sebulba};
 use serde_json::{Value, json};
@@ -24,28 +24,6 @@ fn env_uri(prog: &Program, agent: &AgentFuncs, flags: &SebulbaFlags) -> Result<S
     own_env_uri(prog, name).ok_or_else(|| {
         Failure::Message(format!("env `{name}` is `extern`: name the host env to train on with `--env URI`"))
     })
-}
-
-/// `pod:FILE?env=NAME` for the program's `.pod` env `name`; `None` for an `extern` one.
-pub(in crate::cli) fn own_env_uri(prog: &Program, name: &str) -> Option<String> {
-    let env = prog.modules.iter().flat_map(|m| &m.ast.items).find_map(|i| match i {
-        ast::Item::Env(e) if e.name.name == *name => Some(e),
-        _ => None,
-    })?;
-    (!env.external).then(|| format!("pod:{}?env={name}", prog.map.name(env.span.file)))
-}
-
-/// Whether two paths name the same existing file.
-pub(in crate::cli) fn same_file(a: &Path, b: &Path) -> bool {
-    a.canonicalize().ok().is_some_and(|a| b.canonicalize().ok() == Some(a))
-}
-
-/// How a `pod:` env is loaded: with the run's `--lib` directories, and its `--set` values
-/// when the env's file is the run's root file (they name the root file's consts).
-pub(in crate::cli) fn pod_load(uri: &str, root: &Path, opts: &LoadOptions) -> LoadOptions {
-    let is_root = crate::host::uri::EnvUri::parse(uri)
-        .is_ok_and(|u| u.backend == crate::host::Backend::Pod && same_file(Path::new(&u.id), root));
-    LoadOptions { lib: opts.lib.clone(), overrides: if is_root { opts.overrides.clone() } else { vec![] } }
 }
 
 /// The run's layout from the flags; the rollout as for Anakin. Unless a flag says,
