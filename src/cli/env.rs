@@ -84,7 +84,7 @@ pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let reset = compile(&client, &env.reset, 1)?;
     let step = compile(&client, &env.step, 1)?;
     let base = crate::io::seed_key(a.seed);
-    let n_state = env.step.graph.params.len() - 3;
+    let n_state = env.state_len();
     let out = download(&reset.execute(&[&client.upload(&base, 0)?])?)?;
     let mut state: Vec<Array> = out[..n_state + 1].to_vec();
     if let Some(s) = a.state {

@@ -186,7 +186,7 @@ fn train_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shap
     cx.scopes.push(HashMap::new());
     let span = Span::default();
     let n_learner = agent.init.graph.results.len();
-    let n_env = env.step.graph.params.len() - 3; // the env state, then t, action, key
+    let n_env = env.state_len();
     let params: Vec<Var> = state.iter().map(|l| cx.b.as_mut().expect("build mode").fresh(l.ty.clone())).collect();
     let n_metrics = agent.update.graph.results.len() - n_learner;
     let zero = scalar(&mut cx, Array::f32(vec![], vec![0.0]));

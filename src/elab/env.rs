@@ -105,6 +105,14 @@ pub struct EnvFuncs {
     pub render: Option<Func>,
 }
 
+impl EnvFuncs {
+    /// How many arrays the env's state has: `step` takes them, then `t`, the action and
+    /// the key.
+    pub fn state_len(&self) -> usize {
+        self.step.graph.params.len() - 3
+    }
+}
+
 /// The env functions that may be left out.
 const OPTIONAL: [&str; 2] = ["auto_reset", "render"];
 
@@ -563,7 +571,7 @@ pub fn bench_program(prog: &Program, env: &EnvFuncs, envs: usize, steps: usize) 
     cx.scopes.push(HashMap::new());
     let span = Span::default();
     let key = cx.param(super::random::key_ty());
-    let n_state = env.step.graph.params.len() - 3;
+    let n_state = env.state_len();
     let reset_b = vmap(&env.reset, &[true], envs);
     let step_b = vmap(&env.step, &vec![true; env.step.graph.params.len()], envs);
 

@@ -139,7 +139,7 @@ pub fn eval_chunk(
     let start = eval_start(prog, policy, env, envs);
     let state = fresh_params(&mut cx, &start.result_types());
     let learner = fresh_params(&mut cx, &learner_types(policy));
-    let (n_env, n_carry) = (env.step.graph.params.len() - 3, policy.carry_len());
+    let (n_env, n_carry) = (env.state_len(), policy.carry_len());
     let step = vmap(&env.step, &vec![true; env.step.graph.params.len()], envs);
     let fresh_carry = initial_carry(&mut cx, policy, Some(envs));
     let zeros = |cx: &mut Elab, dtype: DType| {

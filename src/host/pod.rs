@@ -83,7 +83,7 @@ impl PodEnv {
             action: env.info.action.clone(),
             time_limit: env.info.time_limit,
         };
-        let n_state = env.step.graph.params.len() - 3;
+        let n_state = env.state_len();
         let reset_b = vmap(&env.reset, &[true], num_envs);
         let step_b = vmap(&env.step, &vec![true; env.step.graph.params.len()], num_envs);
         let keys = keys_program(num_envs)?;
