@@ -142,6 +142,26 @@ fn transposed(cx: &mut LowerCx, x: &str, ty: &ArrayTy, perm: &[usize]) -> (Strin
 }
 
 impl Conv {
+    /// Whether the lhs needs its padding and dilation applied by a `stablehlo.pad` of its
+    /// own, which leaves XLA a convolution without either (false once it has neither):
+    /// - where a dimension is padded on one side and cropped on the other, XLA's CPU
+    ///   convolution computes wrong values (jax 0.10.2's `conv_general_dilated` with
+    ///   padding `(-1, 1)` does too);
+    /// - where the kernel is larger than the lhs along some dimension (it fits thanks to
+    ///   the padding; the input derivative of a strided convolution often does), XLA's
+    ///   simplifier swaps the operands, and builds a wrong window for a dimension it takes
+    ///   for a feature group (lhs dilation = kernel size = stride + 1): a CHECK fails and
+    ///   the process aborts (jax 0.10.2 aborts too). Once padded, the lhs is at least as
+    ///   large as the kernel everywhere, and XLA keeps the operands in place.
+    fn needs_padding(&self, l: &ArrayTy, r: &ArrayTy) -> bool {
+        let mixed = self.padding.iter().any(|&(lo, hi)| (lo < 0 && hi > 0) || (lo > 0 && hi < 0));
+        let spatial = |t: &ArrayTy, spec: &[usize], k: usize| t.shape[spec[k + 2]];
+        let kernel_larger =
+            (0..self.strides.len()).any(|k| spatial(r, &self.rhs_spec, k) > spatial(l, &self.lhs_spec, k));
+        let padded = self.padding.iter().any(|&p| p != (0, 0)) || self.lhs_dilation.iter().any(|&d| d != 1);
+        padded && (mixed || kernel_larger)
+    }
+
     /// The layout XLA's CPU backend runs as a fast (Eigen) convolution: batch first and
     /// features last in the lhs and result, the kernel's spatial dimensions first, then
     /// input and output features.
@@ -299,13 +319,12 @@ impl Rules for Conv {
         vec![Array::new(shape, Data::F32(data))]
     }
 
-    /// One `stablehlo.convolution`, as JAX emits it, except where a dimension is padded on
-    /// one side and cropped on the other: XLA's CPU convolution computes wrong values
-    /// there (jax 0.10.2's own `conv_general_dilated` with padding `(-1, 1)` does too), so
-    /// the lhs is first padded, cropped and dilated by a `stablehlo.pad`, which is exact.
+    /// One `stablehlo.convolution`, as JAX emits it, except where `needs_padding`: there
+    /// the lhs is first padded, cropped and dilated by a `stablehlo.pad` (exact), behind an
+    /// optimisation barrier so that XLA does not fold the padding back into the
+    /// convolution, which then has neither padding nor lhs dilation.
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
-        let mixed = self.padding.iter().any(|&(lo, hi)| (lo < 0 && hi > 0) || (lo > 0 && hi < 0));
-        if mixed {
+        if self.needs_padding(&arg_tys[0], &arg_tys[1]) {
             let n = self.strides.len();
             let (mut low, mut high, mut interior) = (vec![0i64; n + 2], vec![0i64; n + 2], vec![0i64; n + 2]);
             let mut shape = arg_tys[0].shape.clone();
@@ -328,6 +347,8 @@ impl Rules for Conv {
             let scalar = ArrayTy::scalar(DType::F32);
             let padded =
                 cx.op("stablehlo.pad", &[args[0].clone(), zero], &attrs, &[arg_tys[0].clone(), scalar], &padded_ty);
+            let tys = std::slice::from_ref(&padded_ty);
+            let padded = cx.op("stablehlo.optimization_barrier", &[padded], "", tys, &padded_ty);
             let plain = Conv { padding: vec![(0, 0); n], lhs_dilation: vec![1; n], ..self.clone() };
             return plain.lower(cx, &[padded, args[1].clone()], &[padded_ty, arg_tys[1].clone()], outs);
         }
