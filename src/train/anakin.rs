@@ -169,7 +169,6 @@ impl<'c> Trainer<'c> {
         let n = self.programs.state.iter().filter(|l| l.kind == LeafKind::Shared).count();
         self.state.download(device, n)
     }
-
 }
 
 impl Driver for Trainer<'_> {
@@ -208,7 +207,9 @@ impl Driver for Trainer<'_> {
             }
         };
         let per_device: Vec<Vec<Array>> = (0..self.shape.devices)
-            .map(|d| crate::ir::eval::eval_func(&self.programs.init, &[key.clone(), Array::i32(vec![], vec![d as i32])]))
+            .map(|d| {
+                crate::ir::eval::eval_func(&self.programs.init, &[key.clone(), Array::i32(vec![], vec![d as i32])])
+            })
             .collect();
         self.state.upload(self.client, &per_device)
     }

@@ -112,8 +112,7 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
     let (start, mut log) = match resume {
         Some(r) => {
             d.restore(&r.arrays)?;
-            let units =
-                r.meta[D::UNIT].as_u64().ok_or_else(|| format!("the checkpoint has no {} count", D::UNIT))?;
+            let units = r.meta[D::UNIT].as_u64().ok_or_else(|| format!("the checkpoint has no {} count", D::UNIT))?;
             // Resumed into another directory, the log starts with the run's log so far.
             (units, metrics::MetricsLog::open_resume(&r.from, &o.out, units * per_unit).map_err(|e| e.to_string())?)
         }

@@ -25,9 +25,9 @@ use crate::elab::agent::{AgentFuncs, AgentInfo};
 use crate::elab::anakin::{Leaf, LeafKind, leaf_names};
 use crate::elab::sebulba::{SebulbaPrograms, sebulba_programs};
 use crate::host::{self, EnvSpec};
+use crate::ir::Func;
 use crate::lower::stablehlo::lower_module_donating;
 use crate::resolve::Program;
-use crate::ir::Func;
 use crate::runtime::{Buffer, Client, Executable};
 use crate::train::run::{Driver, Report, Reported};
 use crate::train::state::DeviceState;
@@ -385,7 +385,6 @@ impl Driver for Sebulba {
             result
         })
     }
-
 }
 
 /// What a report accumulates over its updates.
