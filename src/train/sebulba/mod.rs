@@ -280,6 +280,8 @@ impl Sebulba {
                 rxs.push(rx);
                 let mut opts = cfg.host.clone();
                 opts.num_envs = cfg.batch();
+                // A worker that hangs must not hold up the end of the run.
+                opts.cancel = Some(stop.clone());
                 let a = actor::Actor {
                     thread: k,
                     buffers: cfg.buffers(),
@@ -306,7 +308,8 @@ impl Sebulba {
                 s.spawn(move || a.run());
             }
             let result = self.learn_loop(rxs, &layout, &store, (start, end), &restarts, &notes, on_report);
-            // The receivers are gone, so blocked senders return; waiting actors wake.
+            // The receivers are gone, so blocked senders return; waiting actors wake, and
+            // so do those waiting on a worker.
             stop.store(true, Ordering::Relaxed);
             store.stop();
             result
