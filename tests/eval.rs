@@ -20,18 +20,18 @@ use tempfile::TempDir;
 const TINY: &str = r#"use envs::catch::Catch;
 const V: i32 = 50;
 struct Params { pi: f32[50, 3], v: f32[V] }
-struct Metrics { loss: f32 }
+struct Metrics { total: f32 }
 fn logits(p: Params, obs: f32[10, 5]) -> f32[3] { reshape(obs, [50]) @ p.pi }
 agent Tiny for Catch {
     fn init(key: Key) -> Params { Params { pi: normal(key, [50, 3]) * 0.01, v: zeros([V]) } }
     fn act(p: Params, obs: f32[10, 5], key: Key) -> i32 { categorical(key, logits(p, obs)) }
-    fn update<T, B>(p: Params, traj: Trajectory<T, B>, key: Key) -> (Params, Metrics) { (p, Metrics { loss: 0.0 }) }
+    fn update<T, B>(p: Params, traj: Trajectory<T, B>, key: Key) -> (Params, Metrics) { (p, Metrics { total: 0.0 }) }
 }
 "#;
 
 /// An env without `render`, and an agent for it.
 const BLIND: &str = r#"struct S { n: i32 }
-struct Metrics { loss: f32 }
+struct Metrics { total: f32 }
 env Count {
     observation: f32[1]
     action: discrete(2)
@@ -43,7 +43,7 @@ agent Blind for Count {
     fn init(key: Key) -> f32 { 0.0 }
     fn act(l: f32, obs: f32[1], key: Key) -> i32 { 0 }
     fn greedy(l: f32, obs: f32[1]) -> i32 { 0 }
-    fn update<T, B>(l: f32, traj: Trajectory<T, B>, key: Key) -> (f32, Metrics) { (l, Metrics { loss: 0.0 }) }
+    fn update<T, B>(l: f32, traj: Trajectory<T, B>, key: Key) -> (f32, Metrics) { (l, Metrics { total: 0.0 }) }
 }
 "#;
 

@@ -25,22 +25,22 @@ use tempfile::TempDir;
 /// angular velocity) it balances the pole for hundreds of steps.
 const POLE: &str = r#"extern env CartPoleV1 { observation: f32[4], action: discrete(2), time_limit: 500 }
 struct W { w: f32[4, 2], g: f32[4] }
-struct M { loss: f32 }
+struct M { total: f32 }
 agent Pole for CartPoleV1 {
     fn init(key: Key) -> W { W { w: zeros([4, 2]), g: zeros([4]) } }
     fn act(l: W, obs: f32[4], key: Key) -> i32 { categorical(key, obs @ l.w) }
     fn greedy(l: W, obs: f32[4]) -> i32 { if sum(obs * l.g) > 0.0 { 1 } else { 0 } }
-    fn update<T, B>(l: W, traj: Trajectory<T, B>, key: Key) -> (W, M) { (l, M { loss: 0.0 }) }
+    fn update<T, B>(l: W, traj: Trajectory<T, B>, key: Key) -> (W, M) { (l, M { total: 0.0 }) }
 }
 "#;
 
 /// A do-nothing agent for the ALE's Pong (the spaces `podc env describe ale:Pong` prints).
 const PONG: &str = r#"extern env Pong { observation: u8[4, 84, 84], action: discrete(6), time_limit: 27000 }
-struct M { loss: f32 }
+struct M { total: f32 }
 agent Still for Pong {
     fn init(key: Key) -> f32 { 0.0 }
     fn act(l: f32, obs: u8[4, 84, 84], key: Key) -> i32 { 0 }
-    fn update<T, B>(l: f32, traj: Trajectory<T, B>, key: Key) -> (f32, M) { (l, M { loss: 0.0 }) }
+    fn update<T, B>(l: f32, traj: Trajectory<T, B>, key: Key) -> (f32, M) { (l, M { total: 0.0 }) }
 }
 "#;
 

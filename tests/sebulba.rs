@@ -3,6 +3,7 @@
 //! does not match the agent's is a clear error, and a short run learns.
 
 use podracer::host::Backend;
+use podracer::train::sebulba::{Config, Sebulba, SebulbaReport};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -210,6 +211,57 @@ fn box_actions_train_on_host_envs() {
         assert_eq!(r.last().unwrap()["env_steps"], 2048, "{uri}");
         assert!(r.iter().all(|x| x["loss"].as_f64().is_some_and(f64::is_finite)), "{uri}: {r:?}");
     }
+}
+
+/// A learner error while an env worker hangs in a step ends the run at once: the actor
+/// waiting on the worker gives up when the run stops, not at the step deadline (a minute
+/// here) or after the restarts that follow it.
+#[test]
+fn a_learner_error_ends_the_run_while_a_worker_hangs() {
+    const SRC: &str = "use std::distributions::categorical_sample;
+extern env CartPole { observation: f32[4], action: discrete(2), time_limit: 500 }
+struct M { total: f32 }
+agent Still for CartPole {
+    fn init(key: Key) -> f32[4] { zeros([4]) }
+    fn act(w: f32[4], obs: f32[4], key: Key) -> i32 { categorical_sample(key, [0.0, sum(w * obs)]) }
+    fn update<T, B>(w: f32[4], traj: Trajectory<T, B>, key: Key) -> (f32[4], M) { (w, M { total: mean(traj.reward) }) }
+}
+";
+    let (prog, diags) = podracer::driver::check_source("still.pod", SRC, None);
+    assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
+    let (envs, rollout) = (2, 4);
+    let agent = podracer::elab::agent::build_agent(&prog, "Still", envs, rollout).unwrap_or_else(|d| panic!("{d:?}"));
+    let client = podracer::runtime::Runtime::open(None, None).unwrap();
+    let mut host = podracer::host::Options::new(1);
+    host.python = Some(cache_python());
+    host.env_import = vec!["tests/fixtures/host/faulty_envs.py".into()];
+    host.step_timeout = Duration::from_secs(60);
+    let cfg = Config {
+        // Each env's 5th step, the first of the second rollout, never answers.
+        uri: "gymnasium:PodTest/Faulty-v0?fail_at=5&how=hang".into(),
+        envs,
+        rollout,
+        updates_per_report: 1,
+        actor_threads: 1,
+        actor_devices: vec![0],
+        learner_devices: vec![0],
+        max_policy_lag: None,
+        double_buffer: false,
+        host,
+    };
+    let mut t = Sebulba::new(&client, &prog, &agent, cfg, Instant::now()).unwrap();
+    t.init(&agent, 0).unwrap();
+    let mut failed_at = None;
+    let mut on_report = |_: &SebulbaReport, _: &Sebulba| -> Result<(), String> {
+        // Time for the actor to send the step that hangs.
+        std::thread::sleep(Duration::from_millis(500));
+        failed_at = Some(Instant::now());
+        Err("the checkpoint could not be written".into())
+    };
+    let result = t.run(0, 0, 10, &mut on_report);
+    assert_eq!(result, Err("the checkpoint could not be written".to_string()));
+    let took = failed_at.expect("one report").elapsed();
+    assert!(took < Duration::from_secs(10), "the run ended {took:?} after the error");
 }
 
 /// The actor program takes the policy's leaves only: for PPO, the actor MLP's, not the

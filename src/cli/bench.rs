@@ -41,9 +41,7 @@ pub(super) fn run(a: BenchRunArgs, plugin: Option<&Path>) -> Result<(), Failure>
         exe.execute(&refs)?;
         times.push(t0.elapsed().as_secs_f64());
     }
-    let mut sorted = times.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median = sorted[sorted.len() / 2];
+    let median = crate::stats::median(&times);
     if a.json {
         let j = json!({
             "entry": a.entry,

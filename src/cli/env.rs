@@ -281,8 +281,7 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         }
         episodes = results.iter().map(|r| if let Data::I32(v) = &r[1].data { v[0] as i64 } else { 0 }).sum();
     }
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
+    let median = crate::stats::median(&times);
     let steps_per_sec = (a.envs * a.steps) as f64 / median;
     if a.json {
         println!(
@@ -354,8 +353,7 @@ fn bench_host(uri: &str, a: &BenchArgs, plugin: Option<&Path>) -> Result<(), Fai
         }
         episodes = ended;
     }
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
+    let median = crate::stats::median(&times);
     let steps_per_sec = (a.envs * a.steps) as f64 / median;
     if a.json {
         println!(

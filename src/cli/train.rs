@@ -263,9 +263,7 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         t.step()?;
         runs.push((shape.steps_per_call() * shape.seeds as u64) as f64 / t0.elapsed().as_secs_f64());
     }
-    let mut sorted = runs.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median = sorted[sorted.len() / 2];
+    let median = crate::stats::median(&runs);
     if a.json {
         let s = shape;
         println!(

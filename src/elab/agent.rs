@@ -226,6 +226,7 @@ impl Elab<'_> {
         carry: Option<Ty>,
     ) -> Option<AgentInfo> {
         let what = format!("agent `{}`", a.name.name);
+        let errors_before = self.diags.len();
         let mut fns: HashMap<&str, &ast::Fn> = HashMap::new();
         for f in &a.fns {
             self.check_fn(f);
@@ -380,6 +381,13 @@ impl Elab<'_> {
                 None => "expected the learner state, a `Trajectory<T, B>` and a key, giving the new state and a struct of `f32` metrics".into(),
             };
             wrong(self, update, update.ret.span, label);
+            ok = false;
+        }
+        // Only for an agent without other errors: the name matters once the agent runs.
+        if let Some(m @ Ty::Struct(def, args)) = metrics.as_ref().filter(|_| ok && self.diags.len() == errors_before)
+            && Ty::struct_fields(def, args).iter().any(|(name, _)| name == "loss")
+        {
+            self.err(TypeError::LossMetric { metrics: m.to_string(), span: update.ret.span });
             ok = false;
         }
         let metrics = metrics.filter(|_| ok)?;

@@ -54,13 +54,7 @@ pub(crate) const NAMES: &[&str] = &[
 
 impl Elab<'_> {
     /// Elaborates a builtin call, or returns `None` if `func` is not a builtin.
-    pub(crate) fn builtin(
-        &mut self,
-        func: &ast::Ident,
-        args: &[ast::Expr],
-        span: Span,
-        _expected: Option<&Ty>,
-    ) -> Option<Val> {
+    pub(crate) fn builtin(&mut self, func: &ast::Ident, args: &[ast::Expr], span: Span) -> Option<Val> {
         if let Some(v) = self.random(func, args, span) {
             return Some(v);
         }

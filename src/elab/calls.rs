@@ -28,7 +28,7 @@ impl<'p> Elab<'p> {
                     expected: "a function".into(),
                 })
             }
-            None => match self.builtin(func, &all, span, expected) {
+            None => match self.builtin(func, &all, span) {
                 Some(v) => v,
                 None => {
                     for a in &all {

@@ -32,6 +32,8 @@ pub use crate::elab::env::ActionSpace;
 use crate::runtime::Client;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 /// What a host env is: the spaces an agent is checked against.
@@ -220,6 +222,10 @@ pub struct Options {
     /// Draw env 0's frames ([`HostEnv::frame`]): Gymnasium envs are made with
     /// `render_mode="rgb_array"`; a backend or env that cannot draw fails to start.
     pub render: bool,
+    /// Once set, a wait on a worker (start-up, reset, step) ends at once with
+    /// [`HostError::Cancelled`] instead of at its deadline, so that a run that stops is not
+    /// held up by a hung worker.
+    pub cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Options {
@@ -234,6 +240,7 @@ impl Options {
             plugin: None,
             load: crate::driver::LoadOptions::default(),
             render: false,
+            cancel: None,
         }
     }
 }
@@ -307,6 +314,9 @@ pub enum HostError {
     Runtime(#[from] crate::runtime::RuntimeError),
     #[error("{0}")]
     Io(String),
+    /// [`Options::cancel`] was set while waiting for a worker.
+    #[error("cancelled while waiting for an env worker")]
+    Cancelled,
 }
 
 fn tail(stderr: &str) -> String {

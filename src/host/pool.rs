@@ -7,6 +7,8 @@ use super::uri::EnvUri;
 use super::worker::{Fault, Worker, WorkerConfig};
 use super::{EnvSpec, HostEnv, HostError, Options, StepOut};
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 /// One worker and the envs it holds: `first..first + worker.num_envs` of the batch.
@@ -27,6 +29,7 @@ pub struct WorkerPool {
     step_timeout: Duration,
     max_restarts: u64,
     restarts: u64,
+    cancel: Option<Arc<AtomicBool>>,
     seed: u64,
     /// The observations the caller last received, for the final observation of an
     /// interrupted step.
@@ -68,6 +71,7 @@ impl WorkerPool {
             step_timeout: opts.step_timeout,
             max_restarts: opts.max_restarts,
             restarts: 0,
+            cancel: opts.cancel.clone(),
             seed: 0,
             last_obs: vec![],
             last_fault: None,
@@ -107,6 +111,7 @@ impl WorkerPool {
             // Making an env (imports, EnvPool's threads, ROMs) is slower than a step.
             start_timeout: self.step_timeout.max(Duration::from_secs(60)),
             render: self.render,
+            cancel: self.cancel.as_ref(),
         }
     }
 
@@ -150,11 +155,15 @@ impl WorkerPool {
     }
 
     /// Replaces slot `i`'s failed worker by a fresh one, reset. Each attempt counts
-    /// against the bound, so a worker that keeps failing ends in an error. `in_step`: the
+    /// against the bound, so a worker that keeps failing ends in an error; a cancelled
+    /// wait is no failure and ends in [`HostError::Cancelled`]. `in_step`: the
     /// fault interrupted a step (rather than a reset), which the caller records.
     fn restart(&mut self, i: usize, fault: Fault, in_step: bool) -> Result<(), HostError> {
         let mut fault = fault;
         loop {
+            if matches!(fault, Fault::Cancelled) {
+                return Err(HostError::Cancelled);
+            }
             let s = &mut self.slots[i];
             let reason = s.worker.describe(&fault);
             let stderr = s.worker.kill_and_tail();

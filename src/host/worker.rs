@@ -13,6 +13,7 @@ use std::os::unix::net::UnixStream;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -24,6 +25,8 @@ pub const SCRIPT: &str = include_str!("worker.py");
 const TAIL_BYTES: usize = 4096;
 /// Lines of that tail shown in a report.
 const TAIL_LINES: usize = 20;
+/// How often a wait looks at the cancel flag.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
 
 /// What one worker is asked to run.
 pub struct WorkerConfig<'a> {
@@ -36,6 +39,8 @@ pub struct WorkerConfig<'a> {
     pub start_timeout: Duration,
     /// Whether the worker draws env 0's frames (`F`).
     pub render: bool,
+    /// Once set, waits on the worker give up with [`Fault::Cancelled`].
+    pub cancel: Option<&'a Arc<AtomicBool>>,
 }
 
 /// Where each section lives in the shared memory (64-byte aligned).
@@ -84,6 +89,8 @@ pub enum Fault {
     Hung,
     /// It answered something else than the protocol says.
     Protocol(String),
+    /// The caller's cancel flag was set while waiting: not the worker's fault.
+    Cancelled,
 }
 
 pub struct Worker {
@@ -97,6 +104,7 @@ pub struct Worker {
     stderr_reader: Option<JoinHandle<()>>,
     /// The command sent and not yet answered.
     pending: Option<u8>,
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 impl Worker {
@@ -171,6 +179,7 @@ impl Worker {
             stderr,
             stderr_reader,
             pending: None,
+            cancel: cfg.cancel.cloned(),
         })
     }
 
@@ -179,6 +188,7 @@ impl Worker {
         let io = |what: &str, e: std::io::Error| HostError::Io(format!("cannot start an env worker: {what}: {e}"));
         let line = match self.read_line(Instant::now() + cfg.start_timeout) {
             Ok(l) => l,
+            Err(Fault::Cancelled) => return Err(HostError::Cancelled),
             Err(fault) => {
                 let reason = format!("{} before reporting its spaces", self.describe(&fault));
                 let stderr = self.kill_and_tail();
@@ -254,18 +264,22 @@ impl Worker {
     fn read_exact_until(&mut self, buf: &mut [u8], deadline: Instant) -> Result<(), Fault> {
         let mut got = 0;
         while got < buf.len() {
+            if self.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed)) {
+                return Err(Fault::Cancelled);
+            }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Err(Fault::Hung);
             }
-            // A zero timeout would mean "block forever"; `left` is positive here.
-            self.chan.set_read_timeout(Some(left)).map_err(|e| Fault::Protocol(e.to_string()))?;
+            // Short reads, so that a cancel is seen while the worker is silent. A zero
+            // timeout would mean "block forever"; `left` is positive here.
+            let slice = if self.cancel.is_some() { left.min(CANCEL_POLL) } else { left };
+            self.chan.set_read_timeout(Some(slice)).map_err(|e| Fault::Protocol(e.to_string()))?;
             match self.chan.read(&mut buf[got..]) {
                 Ok(0) => return Err(Fault::Died),
                 Ok(n) => got += n,
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                    return Err(Fault::Hung);
-                }
+                // The slice ran out; the loop sees whether the deadline did.
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(_) => return Err(Fault::Died),
             }
@@ -341,6 +355,7 @@ impl Worker {
             }
             Fault::Hung => "the worker did not answer before the step deadline (hung); it was killed".into(),
             Fault::Protocol(p) => format!("protocol error: {p}"),
+            Fault::Cancelled => "the wait for the worker was cancelled".into(),
         }
     }
 

@@ -218,6 +218,13 @@ pub fn lower_module(f: &Func, num_replicas: usize) -> String {
 /// same positions (which must have their types): XLA may then update them in place, and
 /// the caller's input buffers are consumed by the call.
 pub fn lower_module_donating(f: &Func, num_replicas: usize, donated: usize) -> String {
+    // Every program compiled passes here, the staged ones (Anakin, Sebulba, eval, bench)
+    // included, which no other pass verifies.
+    if cfg!(debug_assertions)
+        && let Err(e) = crate::ir::verify::verify(f)
+    {
+        panic!("internal compiler error: program @{} does not verify before lowering: {e}", f.name);
+    }
     let mut cx = LowerCx::with_replicas(num_replicas);
     cx.open(&format!(
         "module @{} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = {num_replicas} : i32}} {{",

@@ -202,6 +202,11 @@ pub enum TypeError {
         detail: String,
         span: Span,
     },
+    /// An agent's metrics with a field `loss`, the name `metrics.jsonl` gives `total`.
+    LossMetric {
+        metrics: String,
+        span: Span,
+    },
     Vmap {
         detail: String,
         span: Span,
@@ -446,6 +451,11 @@ impl TypeError {
                 Diag::new("E0307", format!("env `{name}` is `extern`: it has no steps to compile"), span, "declared here")
                     .with_note("an `extern env` declares a host environment's spaces; the host steps it")
                     .with_help("train on the host environment with `podc train AGENT.pod --env URI`")
+            }
+            E::LossMetric { metrics, span } => {
+                Diag::new("E0308", "a metric named `loss`", span, format!("`{metrics}` has a field `loss`"))
+                    .with_note("`metrics.jsonl` records the metric `total` as `loss`, so the names would collide")
+                    .with_help("rename the field; call it `total` to have it recorded as `loss`")
             }
             E::RolloutMismatch { detail, span } => {
                 Diag::new("E0306", "the rollout does not fit the agent's `update`", span, detail).with_help(

@@ -1071,7 +1071,7 @@ impl Gen<'_> {
         let metric = self.expr(&scalar(D::F), &loss_scope, 2);
         let pmean = if self.c.chance(50) { "pmean(g)" } else { "g" };
         self.items.push(format!(
-            "struct AgentMetrics {{ loss: f32, other: f32 }}
+            "struct AgentMetrics {{ total: f32, other: f32 }}
 fn agent_logits(p: {ps}, obs: f32[{obs}]) -> f32[{actions}] {{ {logits} }}
 fn agent_loss(p: {ps}, obs: f32[{t}, {b}, {obs}], action: {traj_show}, reward: f32[{t}, {b}]) -> f32 {{ {loss} }}
 fn agent_metric(p: {ps}, obs: f32[{t}, {b}, {obs}], action: {traj_show}, reward: f32[{t}, {b}]) -> f32 {{ {metric} }}
@@ -1081,7 +1081,7 @@ agent A for {env} {{
     fn update(p: {ps}, traj: Trajectory<{t}, {b}>, key: Key) -> ({ps}, AgentMetrics) {{
         let (l, g) = value_and_grad(agent_loss, p, traj.obs, traj.action, traj.reward);
         let m = agent_metric(p, traj.obs, traj.action, traj.reward){carry_read};
-        (p - 0.01 * {pmean}, AgentMetrics {{ loss: l, other: m }})
+        (p - 0.01 * {pmean}, AgentMetrics {{ total: l, other: m }})
     }}
 }}"
         ));

@@ -165,11 +165,7 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         Ok(())
     };
     t.run(0, 0, k * (a.runs as u64 + 1), &mut on_report)?;
-    let median = |i: usize| {
-        let mut v: Vec<f64> = runs.iter().map(|r| [r.0, r.1, r.2][i]).collect();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
-    };
+    let median = |i: usize| crate::stats::median(&runs.iter().map(|r| [r.0, r.1, r.2][i]).collect::<Vec<_>>());
     let c = &s.cfg;
     if a.json {
         println!(

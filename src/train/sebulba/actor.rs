@@ -2,7 +2,7 @@
 //! half steps while the device acts on the other (sample-factory's double buffering), or
 //! one batch, writing a rollout of `T` steps for the learner.
 
-use super::policy::{PolicyStore, Want};
+use super::policy::{NoPolicy, PolicyStore, Want};
 use super::rollout::{self, Layout, Rollout};
 use crate::array::Array;
 use crate::host::{self, EnvSpec, HostEnv, StepOut};
@@ -95,7 +95,7 @@ impl Actor {
         let mut current: Option<(u64, Vec<Buffer>)> = None;
         let mut idle = 0.0;
         for r in 0u64.. {
-            if self.stop.load(Ordering::Relaxed) {
+            if self.stopped() {
                 return Ok(());
             }
             // Rollout `r` feeds update `start + r`; by default it acts with the policy one
@@ -106,7 +106,16 @@ impl Actor {
                 Some(n) => Want::AtLeast((self.start_version + r).saturating_sub(n).max(self.start_version)),
             };
             let t0 = Instant::now();
-            let Some((version, policy)) = self.policy.get(want) else { return Ok(()) };
+            let (version, policy) = match self.policy.get(want) {
+                Ok(got) => got,
+                Err(NoPolicy::Stopped) => return Ok(()),
+                Err(NoPolicy::Evicted { version, oldest }) => {
+                    return Err(format!(
+                        "internal error: actor thread {} needs policy version {version}, but the oldest kept is {oldest}",
+                        self.thread
+                    ));
+                }
+            };
             idle += t0.elapsed().as_secs_f64();
             if current.as_ref().map(|c| c.0) != Some(version) {
                 let bufs = policy.iter().map(|a| self.client.upload(a, self.device)).collect::<Result<Vec<_>, _>>();
@@ -119,6 +128,9 @@ impl Actor {
                 // A steps while the device acts on B, and the other way round.
                 self.act_send(a, params, &mut key, &mut roll, 0)?;
                 for t in 0..self.layout.steps {
+                    if self.stopped() {
+                        return Ok(());
+                    }
                     self.act_send(b, params, &mut key, &mut roll, t)?;
                     self.recv(a, &mut roll, t)?;
                     if t + 1 < self.layout.steps {
@@ -128,6 +140,9 @@ impl Actor {
                 }
             } else {
                 for t in 0..self.layout.steps {
+                    if self.stopped() {
+                        return Ok(());
+                    }
                     self.act_send(&mut halves[0], params, &mut key, &mut roll, t)?;
                     self.recv(&mut halves[0], &mut roll, t)?;
                 }
@@ -145,6 +160,12 @@ impl Actor {
             idle = t0.elapsed().as_secs_f64();
         }
         Ok(())
+    }
+
+    /// Whether the learner has stopped: checked every env step, so that a long rollout
+    /// does not hold up the end of the run.
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
     }
 
     /// Acts on a half's current observations, records them, and starts its step.

@@ -353,6 +353,8 @@ impl Driver for Sebulba {
                 rxs.push(rx);
                 let mut opts = cfg.host.clone();
                 opts.num_envs = cfg.batch();
+                // A worker that hangs must not hold up the end of the run.
+                opts.cancel = Some(stop.clone());
                 let a = actor::Actor {
                     thread: k,
                     buffers: cfg.buffers(),
@@ -379,7 +381,8 @@ impl Driver for Sebulba {
                 s.spawn(move || a.run());
             }
             let result = self.learn_loop(rxs, &layout, &store, (start, end), &restarts, &notes, on_report);
-            // The receivers are gone, so blocked senders return; waiting actors wake.
+            // The receivers are gone, so blocked senders return; waiting actors wake, and
+            // so do those waiting on a worker.
             stop.store(true, Ordering::Relaxed);
             store.stop();
             result
