@@ -3,7 +3,8 @@
 //! does not match the agent's is a clear error, and a short run learns.
 
 use podracer::host::Backend;
-use podracer::train::sebulba::{Config, Sebulba, SebulbaReport};
+use podracer::train::run::{Driver, Reported};
+use podracer::train::sebulba::{Config, Sebulba};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -250,9 +251,9 @@ agent Still for CartPole {
         host,
     };
     let mut t = Sebulba::new(&client, &prog, &agent, cfg, Instant::now()).unwrap();
-    t.init(&agent, 0).unwrap();
+    t.init(0).unwrap();
     let mut failed_at = None;
-    let mut on_report = |_: &SebulbaReport, _: &Sebulba| -> Result<(), String> {
+    let mut on_report = |_: &Sebulba, _: Reported| -> Result<(), String> {
         // Time for the actor to send the step that hangs.
         std::thread::sleep(Duration::from_millis(500));
         failed_at = Some(Instant::now());

@@ -8,7 +8,7 @@ use crate::overrides;
 use crate::resolve::Program;
 use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent};
 use crate::train::checkpoint;
-use crate::train::run::{self, Driver, RunOptions, Summary};
+use crate::train::run::{self, RunOptions, Summary};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -254,15 +254,7 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
     let client = super::open_runtime(plugin, Some(shape.devices))?;
     let mut t = trainer(&client, &prog, &agent, shape)?;
-    t.init(0)?;
-    t.step()?;
-    let mut runs = vec![];
-    for _ in 0..a.runs {
-        // A call returns once its metrics are downloaded, so it has finished.
-        let t0 = Instant::now();
-        t.step()?;
-        runs.push((shape.steps_per_call() * shape.seeds as u64) as f64 / t0.elapsed().as_secs_f64());
-    }
+    let runs: Vec<f64> = run::bench(&mut t, a.runs)?.into_iter().map(|r| r.steps_per_sec).collect();
     let median = crate::stats::median(&runs);
     if a.json {
         let s = shape;

@@ -154,6 +154,34 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
     Ok(Summary { env_steps: end * per_unit, last_return })
 }
 
+/// One timed report of [`bench`].
+pub struct Timed {
+    /// Env steps per second over every seed, learning included.
+    pub steps_per_sec: f64,
+    /// The driver's extra fields.
+    pub extra: Map<String, Value>,
+}
+
+/// Times `runs` reports of `d` from a fresh state after a warm-up report (threads and
+/// workers start, the first calls run).
+pub fn bench<D: Driver>(d: &mut D, runs: usize) -> Result<Vec<Timed>, String> {
+    d.init(0)?;
+    let k = d.units_per_report();
+    let steps = (k * d.steps_per_unit() * d.seeds() as u64) as f64;
+    let mut last = Instant::now();
+    let mut out = vec![];
+    // A report comes once its metrics are downloaded, so its work has finished.
+    d.run(0, 0, k * (runs as u64 + 1), &mut |_, r| {
+        let dt = last.elapsed().as_secs_f64();
+        last = Instant::now();
+        if r.units > k {
+            out.push(Timed { steps_per_sec: steps / dt, extra: r.extra });
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
 /// The mean over seeds of the mean episode returns (of the seeds whose episodes ended).
 fn mean_return(reports: &[Report]) -> Option<f64> {
     let returns: Vec<f64> = reports.iter().filter_map(|r| r.episode_return).collect();

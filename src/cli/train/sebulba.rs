@@ -7,11 +7,11 @@ use crate::driver::LoadOptions;
 use crate::elab::agent::{AgentFuncs, build_agent};
 use crate::resolve::Program;
 use crate::runtime::Client;
-use crate::train::run::{self, Driver, Reported};
+use crate::train::run;
 use crate::train::sebulba::{Config, Sebulba};
 use serde_json::{Value, json};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The host env's URI: `--env`, else the agent's own `.pod` env through `pod:`.
 fn env_uri(prog: &Program, agent: &AgentFuncs, flags: &SebulbaFlags) -> Result<String, Failure> {
@@ -149,31 +149,19 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
     let s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
     let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
-    t.init(0)?;
-    let k = s.cfg.updates_per_report as u64;
-    let per_report = (k * s.cfg.steps_per_update()) as f64;
-    let mut last = Instant::now();
-    let mut runs: Vec<(f64, f64, f64)> = vec![];
-    let mut on_report = |_: &Sebulba, r: Reported| -> Result<(), String> {
-        let dt: Duration = last.elapsed();
-        last = Instant::now();
-        // The first report is the warm-up: threads and workers start, the first calls run.
-        if r.units > k {
-            let extra = |key: &str| r.extra[key].as_f64().unwrap_or(f64::NAN);
-            runs.push((per_report / dt.as_secs_f64(), extra("actor_idle"), extra("learner_idle")));
-        }
-        Ok(())
+    let runs = run::bench(&mut t, a.runs)?;
+    let sps: Vec<f64> = runs.iter().map(|r| r.steps_per_sec).collect();
+    let idle = |key: &str| {
+        crate::stats::median(&runs.iter().map(|r| r.extra[key].as_f64().unwrap_or(f64::NAN)).collect::<Vec<_>>())
     };
-    t.run(0, 0, k * (a.runs as u64 + 1), &mut on_report)?;
-    let median = |i: usize| crate::stats::median(&runs.iter().map(|r| [r.0, r.1, r.2][i]).collect::<Vec<_>>());
     let c = &s.cfg;
     if a.json {
         println!(
             "{}",
             json!({
                 "compile_s": t.compile_s,
-                "steps_per_sec": median(0),
-                "runs": runs.iter().map(|r| r.0).collect::<Vec<_>>(),
+                "steps_per_sec": crate::stats::median(&sps),
+                "runs": sps,
                 "envs": c.envs,
                 "rollout": c.rollout,
                 "updates_per_call": c.updates_per_report,
@@ -181,18 +169,18 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
                 "arch": "sebulba",
                 "env": c.uri,
                 "actor_threads": c.actor_threads,
-                "actor_idle": median(1),
-                "learner_idle": median(2),
+                "actor_idle": idle("actor_idle"),
+                "learner_idle": idle("learner_idle"),
             })
         );
     } else {
         println!("compile: {:.2} s", t.compile_s);
         println!(
             "{:.0} env steps/s (learning included; median of {} reports); actors idle {:.0}%, learner idle {:.0}%",
-            median(0),
+            crate::stats::median(&sps),
             a.runs,
-            100.0 * median(1),
-            100.0 * median(2)
+            100.0 * idle("actor_idle"),
+            100.0 * idle("learner_idle")
         );
     }
     Ok(())
