@@ -188,12 +188,15 @@ fn batched_conv_matches_a_loop() {
 /// padding before and after.
 type Axis = [usize; 5];
 
+/// An exhaustive case: H, W, input channels, output channels.
+type Case = (Axis, Axis, usize, usize);
+
 /// The cases of `tests/fixtures/conv/gen_exhaustive.py`, in its order: every geometry of
 /// one dimension with a kernel that fits the padded input (sizes 1..5, kernels 1..4,
 /// strides 1..3, padding 0..2 per side), on H and on W, beside partner geometries (a
 /// kernel of 1 on an input of 1, issue 25's two dimensions: the second for `conv2d`
 /// only); (H, W, input channels, output channels).
-fn small_cases(conv: bool) -> Vec<(Axis, Axis, usize, usize)> {
+fn small_cases(conv: bool) -> Vec<Case> {
     const PARTNERS: [Axis; 3] = [[1, 1, 1, 0, 0], [4, 2, 2, 1, 1], [1, 2, 1, 1, 0]];
     const CHANNELS: [(usize, usize); 4] = [(1, 1), (2, 1), (1, 2), (2, 2)];
     let mut axes = vec![];
@@ -223,7 +226,7 @@ fn small_cases(conv: bool) -> Vec<(Axis, Axis, usize, usize)> {
 }
 
 /// The generator's name of a case, `n k s lo hi|n k s lo hi|c o`.
-fn case_name(&(h, w, c, o): &(Axis, Axis, usize, usize)) -> String {
+fn case_name(&(h, w, c, o): &Case) -> String {
     let axis = |a: Axis| a.map(|v| v.to_string()).join(" ");
     format!("{}|{}|{c} {o}", axis(h), axis(w))
 }
@@ -260,82 +263,102 @@ fn checksum(a: &Array) -> Result<u64, String> {
     Ok((h % (1 << 32)) as u64)
 }
 
-/// Issue 25: every small geometry of `conv2d` and `max_pool` (see `small_cases`), with
-/// the gradients with respect to image and kernel, compiles on the CPU plugin and gives
-/// exactly what the interpreter and JAX give (integer data makes every result exact;
-/// JAX's results are checksums, `gen_exhaustive.py`).
-#[test]
-fn exhaustive_small_geometries_match_jax() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conv/exhaustive.json");
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json");
+/// The failures among `chunk` of the `kind` cases, compiled as one program; `want` is the
+/// fixture's list for `kind`.
+fn check_chunk(kind: &str, cases: &[Case], chunk: &[usize], want: &[Value]) -> Vec<String> {
+    let conv = kind == "conv";
     let mut failures = vec![];
-    for kind in ["conv", "pool"] {
-        let conv = kind == "conv";
-        let cases = small_cases(conv);
-        let want = doc[kind].as_array().expect("cases");
-        let names: Vec<&str> = want.iter().map(|c| c[0].as_str().expect("a name")).collect();
-        assert_eq!(names, cases.iter().map(case_name).collect::<Vec<_>>(), "{kind}: the fixture's cases");
-        for chunk in (0..cases.len()).collect::<Vec<_>>().chunks(250) {
-            let (mut src, mut params, mut outs, mut out_tys, mut args) =
-                (String::new(), vec![], vec![], vec![], vec![]);
-            for &i in chunk {
-                let ([n, kh, sh, pt, pb], [m, kw, sw, pl, pr], c, o) = cases[i];
-                let (xs, ys) = ([n, m, c], [(n + pt + pb - kh) / sh + 1, (m + pl + pr - kw) / sw + 1, o]);
-                let (xt, yt) = (ty(&xs), ty(&ys));
-                let g = format!("[{sh}, {sw}], [[{pt}, {pb}], [{pl}, {pr}]]");
-                args.push(small_ints(i, 0, &xs));
-                if conv {
-                    let ws = [kh, kw, c, o];
-                    let wt = ty(&ws);
-                    src.push_str(&format!(
-                        "fn f{i}(x: {xt}, w: {wt}) -> {yt} {{ conv2d(x, w, {g}) }}\n\
-                         fn l{i}(p: ({xt}, {wt}), ct: {yt}) -> f32 {{ let (x, w) = p; sum(f{i}(x, w) * ct) }}\n"
-                    ));
-                    params.push(format!("x{i}: {xt}, w{i}: {wt}, ct{i}: {yt}"));
-                    outs.push(format!("f{i}(x{i}, w{i}), grad(l{i}, (x{i}, w{i}), ct{i})"));
-                    out_tys.push(format!("{yt}, ({xt}, {wt})"));
-                    args.push(small_ints(i, 1, &ws));
-                } else {
-                    src.push_str(&format!(
-                        "fn f{i}(x: {xt}) -> {yt} {{ max_pool(x, [{kh}, {kw}], {g}) }}\n\
-                         fn l{i}(x: {xt}, ct: {yt}) -> f32 {{ sum(f{i}(x) * ct) }}\n"
-                    ));
-                    params.push(format!("x{i}: {xt}, ct{i}: {yt}"));
-                    outs.push(format!("f{i}(x{i}), grad(l{i}, x{i}, ct{i})"));
-                    out_tys.push(format!("{yt}, {xt}"));
-                }
-                args.push(small_ints(i, 2, &ys));
-            }
+    let (mut src, mut params, mut outs, mut out_tys, mut args) = (String::new(), vec![], vec![], vec![], vec![]);
+    for &i in chunk {
+        let ([n, kh, sh, pt, pb], [m, kw, sw, pl, pr], c, o) = cases[i];
+        let (xs, ys) = ([n, m, c], [(n + pt + pb - kh) / sh + 1, (m + pl + pr - kw) / sw + 1, o]);
+        let (xt, yt) = (ty(&xs), ty(&ys));
+        let g = format!("[{sh}, {sw}], [[{pt}, {pb}], [{pl}, {pr}]]");
+        args.push(small_ints(i, 0, &xs));
+        if conv {
+            let ws = [kh, kw, c, o];
+            let wt = ty(&ws);
             src.push_str(&format!(
-                "fn main({}) -> ({}) {{ ({}) }}\n",
-                params.join(", "),
-                out_tys.join(", "),
-                outs.join(", ")
+                "fn f{i}(x: {xt}, w: {wt}) -> {yt} {{ conv2d(x, w, {g}) }}\n\
+                 fn l{i}(p: ({xt}, {wt}), ct: {yt}) -> f32 {{ let (x, w) = p; sum(f{i}(x, w) * ct) }}\n"
             ));
-            let e = build(&src);
-            let host = driver::eval(&e, &args);
-            let dev = podracer::cli::run_on_device(client(), &e, &args).expect("runs on the device");
-            let per_case = if conv { 3 } else { 2 };
-            for (j, &i) in chunk.iter().enumerate() {
-                let name = case_name(&cases[i]);
-                let outputs = j * per_case..(j + 1) * per_case;
-                if host[outputs.clone()] != dev[outputs.clone()] {
-                    failures.push(format!("{kind} {name}: PJRT differs from the interpreter"));
-                }
-                let sums: Result<Vec<u64>, String> = host[outputs].iter().map(checksum).collect();
-                match (sums, &want[i][1]) {
-                    (Err(e), _) => failures.push(format!("{kind} {name}: {e}")),
-                    (Ok(_), Value::Null) => {} // JAX aborted on this case
-                    (Ok(got), jax) => {
-                        let jax: Vec<u64> =
-                            jax.as_array().expect("sums").iter().map(|s| s.as_u64().expect("a sum")).collect();
-                        if got != jax {
-                            failures.push(format!("{kind} {name}: checksums {got:?}, JAX's {jax:?}"));
-                        }
-                    }
+            params.push(format!("x{i}: {xt}, w{i}: {wt}, ct{i}: {yt}"));
+            outs.push(format!("f{i}(x{i}, w{i}), grad(l{i}, (x{i}, w{i}), ct{i})"));
+            out_tys.push(format!("{yt}, ({xt}, {wt})"));
+            args.push(small_ints(i, 1, &ws));
+        } else {
+            src.push_str(&format!(
+                "fn f{i}(x: {xt}) -> {yt} {{ max_pool(x, [{kh}, {kw}], {g}) }}\n\
+                 fn l{i}(x: {xt}, ct: {yt}) -> f32 {{ sum(f{i}(x) * ct) }}\n"
+            ));
+            params.push(format!("x{i}: {xt}, ct{i}: {yt}"));
+            outs.push(format!("f{i}(x{i}), grad(l{i}, x{i}, ct{i})"));
+            out_tys.push(format!("{yt}, {xt}"));
+        }
+        args.push(small_ints(i, 2, &ys));
+    }
+    src.push_str(&format!("fn main({}) -> ({}) {{ ({}) }}\n", params.join(", "), out_tys.join(", "), outs.join(", ")));
+    let e = build(&src);
+    let host = driver::eval(&e, &args);
+    let dev = podracer::cli::run_on_device(client(), &e, &args).expect("runs on the device");
+    let per_case = if conv { 3 } else { 2 };
+    for (j, &i) in chunk.iter().enumerate() {
+        let name = case_name(&cases[i]);
+        let outputs = j * per_case..(j + 1) * per_case;
+        if host[outputs.clone()] != dev[outputs.clone()] {
+            failures.push(format!("{kind} {name}: PJRT differs from the interpreter"));
+        }
+        let sums: Result<Vec<u64>, String> = host[outputs].iter().map(checksum).collect();
+        match (sums, &want[i][1]) {
+            (Err(e), _) => failures.push(format!("{kind} {name}: {e}")),
+            (Ok(_), Value::Null) => {} // JAX aborted on this case
+            (Ok(got), jax) => {
+                let jax: Vec<u64> = jax.as_array().expect("sums").iter().map(|s| s.as_u64().expect("a sum")).collect();
+                if got != jax {
+                    failures.push(format!("{kind} {name}: checksums {got:?}, JAX's {jax:?}"));
                 }
             }
         }
     }
+    failures
+}
+
+/// Issue 25: every small geometry of `conv2d` and `max_pool` (see `small_cases`), with
+/// the gradients with respect to image and kernel, compiles on the CPU plugin and gives
+/// exactly what the interpreter and JAX give (integer data makes every result exact;
+/// JAX's results are checksums, `gen_exhaustive.py`). Programs of 250 cases, compiled on
+/// two threads (one client): XLA's compile is the time.
+#[test]
+fn exhaustive_small_geometries_match_jax() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conv/exhaustive.json");
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json");
+    let kinds = ["conv", "pool"].map(|kind| {
+        let cases = small_cases(kind == "conv");
+        let want = doc[kind].as_array().expect("cases");
+        let names: Vec<&str> = want.iter().map(|c| c[0].as_str().expect("a name")).collect();
+        assert_eq!(names, cases.iter().map(case_name).collect::<Vec<_>>(), "{kind}: the fixture's cases");
+        let chunks: Vec<Vec<usize>> = (0..cases.len()).collect::<Vec<_>>().chunks(250).map(<[usize]>::to_vec).collect();
+        (kind, cases, want, chunks)
+    });
+    // (kind, its cases, its fixture list, one chunk of case indices)
+    let jobs: Vec<_> = kinds
+        .iter()
+        .flat_map(|(kind, cases, want, chunks)| chunks.iter().map(move |c| (*kind, &cases[..], &want[..], &c[..])))
+        .collect();
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..2)
+            .map(|w| {
+                let jobs = &jobs;
+                scope.spawn(move || {
+                    jobs.iter()
+                        .skip(w)
+                        .step_by(2)
+                        .flat_map(|&(k, cases, want, c)| check_chunk(k, cases, c, want))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("a worker")).collect()
+    });
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures[..failures.len().min(20)].join("\n"));
 }

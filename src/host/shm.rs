@@ -2,10 +2,12 @@
 //! which is often 64 MB in containers), mapped here and by the worker (the fd is the
 //! worker's stdin).
 //!
-//! The only `unsafe` of the host layer. It is sound because the mapping is owned by
-//! [`Shm`] for its whole life and the worker writes to it only between a command and its
-//! reply; podc borrows the bytes (through `&`/`&mut Shm`) only outside those windows,
-//! which `worker::Worker` guarantees by taking `&mut self` for the whole round trip.
+//! The only `unsafe` of the host layer. The mapping is owned by [`Shm`] for its whole
+//! life, so the slices never dangle. The worker process writes to it only between a
+//! command and its answer, which the types cannot see: `worker::Worker` borrows the
+//! bytes only while no command of its own is pending (it checks, and a command whose
+//! answer never came stays pending until the worker is killed and reaped). One `Shm`
+//! serves one worker.
 
 #![allow(unsafe_code)]
 

@@ -102,7 +102,9 @@ pub struct Worker {
     pub num_envs: usize,
     stderr: Arc<Mutex<Vec<u8>>>,
     stderr_reader: Option<JoinHandle<()>>,
-    /// The command sent and not yet answered.
+    /// The command sent and not yet answered. While there is one the worker may be
+    /// writing the shared memory, so podc neither reads nor writes it: a command whose
+    /// answer did not come stays pending until the worker is killed and reaped.
     pending: Option<u8>,
     cancel: Option<Arc<AtomicBool>>,
 }
@@ -230,7 +232,7 @@ impl Worker {
     /// Sends `R` (reset with `seed`) without waiting.
     pub fn send_reset(&mut self, seed: u64) -> Result<(), Fault> {
         let at = self.layout.seed;
-        self.shm.bytes_mut()[at..at + 8].copy_from_slice(&seed.to_le_bytes());
+        self.shared_mut()?[at..at + 8].copy_from_slice(&seed.to_le_bytes());
         self.send(b'R')
     }
 
@@ -238,11 +240,22 @@ impl Worker {
     /// without waiting.
     pub fn send_step(&mut self, actions: &[u8]) -> Result<(), Fault> {
         let at = self.layout.actions;
-        self.shm.bytes_mut()[at..at + actions.len()].copy_from_slice(actions);
+        self.shared_mut()?[at..at + actions.len()].copy_from_slice(actions);
         self.send(b'S')
     }
 
+    /// The shared memory to write a command's input into, when no command is pending.
+    fn shared_mut(&mut self) -> Result<&mut [u8], Fault> {
+        match self.pending {
+            Some(cmd) => Err(Fault::Protocol(format!("{:?} is still pending", cmd as char))),
+            None => Ok(self.shm.bytes_mut()),
+        }
+    }
+
     fn send(&mut self, cmd: u8) -> Result<(), Fault> {
+        if let Some(p) = self.pending {
+            return Err(Fault::Protocol(format!("{:?} is still pending", p as char)));
+        }
         self.chan.write_all(&[cmd]).map_err(|_| Fault::Died)?;
         self.pending = Some(cmd);
         Ok(())
@@ -250,7 +263,7 @@ impl Worker {
 
     /// Waits for the answer to the pending command until `deadline`.
     pub fn wait(&mut self, deadline: Instant) -> Result<(), Fault> {
-        let Some(cmd) = self.pending.take() else {
+        let Some(cmd) = self.pending else {
             return Err(Fault::Protocol("no command is pending".into()));
         };
         let mut b = [0u8];
@@ -258,6 +271,7 @@ impl Worker {
         if b[0] != cmd.to_ascii_lowercase() {
             return Err(Fault::Protocol(format!("answered {:?} to {:?}", b[0] as char, cmd as char)));
         }
+        self.pending = None;
         Ok(())
     }
 
@@ -335,7 +349,10 @@ impl Worker {
         self.section(self.layout.truncated, self.num_envs).iter().map(|&b| b != 0)
     }
 
+    /// Part of the shared memory, which the last command's answer wrote. Reading it while
+    /// a command is pending is a bug of the caller (the worker may be writing).
     fn section(&self, at: usize, len: usize) -> &[u8] {
+        assert!(self.pending.is_none(), "the worker's output read while a command is pending");
         &self.shm.bytes()[at..at + len]
     }
 
@@ -362,7 +379,10 @@ impl Worker {
     /// Kills the worker (if it still runs), reaps it, and returns the tail of its stderr.
     pub fn kill_and_tail(&mut self) -> String {
         let _ = self.child.kill();
-        let _ = self.child.wait();
+        if self.child.wait().is_ok() {
+            // Reaped: nothing writes the shared memory any more.
+            self.pending = None;
+        }
         // The pipe closes with the process; a grandchild holding it open must not hang us.
         if let Some(h) = self.stderr_reader.take() {
             let deadline = Instant::now() + Duration::from_millis(500);
