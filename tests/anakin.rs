@@ -7,7 +7,7 @@ mod common;
 
 use common::{assert_close, client};
 use podracer::array::Array;
-use podracer::elab::anakin::{AnakinPrograms, LeafKind, Shape, anakin_programs};
+use podracer::elab::anakin::{AnakinPrograms, DeviceShape, LeafKind, anakin_programs};
 use podracer::ir::eval::eval_func;
 use podracer::lower::stablehlo::lower_module_donating;
 use podracer::train::anakin::{RunShape, agent_and_env};
@@ -21,7 +21,7 @@ fn programs(file: &str, agent: &str) -> AnakinPrograms {
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
     let run = RunShape { envs: 4, rollout: 6, updates_per_call: 3, devices: 1, seeds: 1 };
     let (agent, env) = agent_and_env(&prog, agent, run).unwrap_or_else(|d| panic!("{d:?}"));
-    anakin_programs(&prog, &agent, &env, Shape { envs: 4, steps: 6, updates: 3 })
+    anakin_programs(&prog, &agent, &env, DeviceShape { envs: 4, steps: 6, updates: 3 })
 }
 
 /// Runs 3 calls of `train` from `init` (seed 7), compiled and interpreted, asserting they

@@ -4,7 +4,7 @@
 //! training programs), or ends in diagnostics.
 
 use podracer::driver;
-use podracer::elab::anakin::{Shape, anakin_programs};
+use podracer::elab::anakin::{DeviceShape, anakin_programs};
 use podracer::train::anakin::{RunShape, agent_and_env};
 use std::path::{Path, PathBuf};
 
@@ -140,7 +140,7 @@ fn mutated_programs_never_panic() {
                 for agent in podracer::elab::agent::agent_names(&prog) {
                     let shape = RunShape { envs: 4, rollout: 4, updates_per_call: 1, devices: 1, seeds: 1 };
                     if let Ok((a, e)) = agent_and_env(&prog, &agent, shape) {
-                        anakin_programs(&prog, &a, &e, Shape { envs: 4, steps: 4, updates: 1 });
+                        anakin_programs(&prog, &a, &e, DeviceShape { envs: 4, steps: 4, updates: 1 });
                     }
                 }
             } else {

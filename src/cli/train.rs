@@ -3,7 +3,7 @@
 use super::{Failure, load};
 use crate::diag::emit_stderr;
 use crate::driver::LoadOptions;
-use crate::elab::anakin::{AnakinPrograms, Shape, anakin_programs};
+use crate::elab::anakin::{AnakinPrograms, DeviceShape, anakin_programs};
 use crate::overrides;
 use crate::resolve::Program;
 use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent};
@@ -64,7 +64,7 @@ pub fn anakin_programs_at_defaults(prog: &Program, agent: &str) -> Result<Anakin
         emit_stderr(&prog.map, &[*d]);
         Failure::Reported
     })?;
-    let per_device = Shape { envs: shape.envs, steps: shape.rollout, updates: shape.updates_per_call };
+    let per_device = DeviceShape { envs: shape.envs, steps: shape.rollout, updates: shape.updates_per_call };
     Ok(anakin_programs(prog, &agent, &env, per_device))
 }
 

@@ -29,7 +29,7 @@ use std::collections::HashMap;
 
 /// The sizes of one training program.
 #[derive(Clone, Copy, Debug)]
-pub struct Shape {
+pub struct DeviceShape {
     /// Environments per device.
     pub envs: usize,
     /// Steps per rollout (`T`).
@@ -73,7 +73,7 @@ pub struct AnakinPrograms {
 
 /// Builds the two programs for an agent (built for `shape.envs` environments and
 /// `shape.steps` steps) and its environment.
-pub fn anakin_programs(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape) -> AnakinPrograms {
+pub fn anakin_programs(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: DeviceShape) -> AnakinPrograms {
     let init = init_program(prog, agent, env, shape);
     let mut state = vec![];
     let learner_n = agent.init.graph.results.len();
@@ -151,7 +151,7 @@ fn bin(cx: &mut Elab, op: BinaryOp, a: &Val, b: &Val) -> Val {
     cx.apply(Prim::Binary(Binary { op }), &[a, b])
 }
 
-fn init_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape) -> Func {
+fn init_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: DeviceShape) -> Func {
     let mut cx = Elab::new(prog, Some(Builder::new()));
     cx.scopes.push(HashMap::new());
     let span = Span::default();
@@ -181,7 +181,7 @@ fn initial_carries(cx: &mut Elab, agent: &AgentFuncs, envs: usize) -> Vec<Var> {
     }
 }
 
-fn train_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape, state: &[Leaf]) -> Func {
+fn train_program(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape: DeviceShape, state: &[Leaf]) -> Func {
     let mut cx = Elab::new(prog, Some(Builder::new()));
     cx.scopes.push(HashMap::new());
     let span = Span::default();
@@ -275,7 +275,7 @@ struct Rollout {
     trajectory: Vec<Var>,
 }
 
-fn rollout(cx: &mut Elab, agent: &AgentFuncs, env: &EnvFuncs, shape: Shape, start: RolloutStart) -> Rollout {
+fn rollout(cx: &mut Elab, agent: &AgentFuncs, env: &EnvFuncs, shape: DeviceShape, start: RolloutStart) -> Rollout {
     let RolloutStart { learner, envs, key, episodes, carry, sums } = start;
     let span = Span::default();
     let (n, steps) = (shape.envs, shape.steps);

@@ -45,7 +45,7 @@ pub struct WorkerConfig<'a> {
 
 /// Where each section lives in the shared memory (64-byte aligned).
 #[derive(Clone, Copy, Debug)]
-struct Layout {
+struct ShmLayout {
     actions: usize,
     obs: usize,
     final_obs: usize,
@@ -56,8 +56,8 @@ struct Layout {
     size: usize,
 }
 
-impl Layout {
-    fn new(n: usize, obs_bytes: usize, action_bytes: usize) -> Layout {
+impl ShmLayout {
+    fn new(n: usize, obs_bytes: usize, action_bytes: usize) -> ShmLayout {
         let mut at = 0;
         let mut section = |bytes: usize| {
             let start = at;
@@ -71,7 +71,7 @@ impl Layout {
         let terminated = section(n);
         let truncated = section(n);
         let seed = section(8);
-        Layout { actions, obs, final_obs, reward, terminated, truncated, seed, size: at }
+        ShmLayout { actions, obs, final_obs, reward, terminated, truncated, seed, size: at }
     }
 
     fn json(&self) -> Value {
@@ -97,7 +97,7 @@ pub struct Worker {
     child: Child,
     chan: UnixStream,
     shm: Shm,
-    layout: Layout,
+    layout: ShmLayout,
     pub spec: EnvSpec,
     pub num_envs: usize,
     stderr: Arc<Mutex<Vec<u8>>>,
@@ -175,7 +175,7 @@ impl Worker {
             child,
             chan,
             shm,
-            layout: Layout::new(0, 0, 0),
+            layout: ShmLayout::new(0, 0, 0),
             spec: placeholder,
             num_envs: cfg.num_envs,
             stderr,
@@ -210,7 +210,7 @@ impl Worker {
             });
         }
         self.spec = parse_spec(&report, cfg.uri)?;
-        self.layout = Layout::new(cfg.num_envs, self.spec.obs_bytes(), self.spec.action_bytes());
+        self.layout = ShmLayout::new(cfg.num_envs, self.spec.obs_bytes(), self.spec.action_bytes());
         self.shm.map(self.layout.size).map_err(|e| io("mapping the shared memory", e))?;
         let mut line = self.layout.json().to_string();
         line.push('\n');

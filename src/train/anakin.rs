@@ -11,7 +11,7 @@ use super::run::{Driver, Report, Reported};
 use super::state::DeviceState;
 use crate::array::{Array, Data};
 use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
-use crate::elab::anakin::{AnakinPrograms, LeafKind, Shape, anakin_programs, with_seeds};
+use crate::elab::anakin::{AnakinPrograms, DeviceShape, LeafKind, anakin_programs, with_seeds};
 use crate::elab::env::{EnvFuncs, build_env};
 use crate::lower::stablehlo::lower_module_donating;
 use crate::resolve::Program;
@@ -102,7 +102,7 @@ impl<'c> Trainer<'c> {
     ) -> Result<Self, String> {
         shape.check()?;
         let per_device =
-            Shape { envs: shape.envs / shape.devices, steps: shape.rollout, updates: shape.updates_per_call };
+            DeviceShape { envs: shape.envs / shape.devices, steps: shape.rollout, updates: shape.updates_per_call };
         let programs = match anakin_programs(prog, agent, env, per_device) {
             p if shape.seeds > 1 => with_seeds(p, shape.seeds),
             p => p,

@@ -11,7 +11,7 @@
 
 use podracer::array::{Array, DType, Data};
 use podracer::driver;
-use podracer::elab::anakin::{Shape, anakin_programs};
+use podracer::elab::anakin::{DeviceShape, anakin_programs};
 use podracer::elab::env::{ActionSpace, build_env};
 use podracer::ir::Func;
 use podracer::ir::eval::eval_func;
@@ -175,7 +175,7 @@ pub fn check(
     if let Some((name, steps, envs)) = agent {
         let run = RunShape { envs, rollout: steps, updates_per_call: 2, devices: 1, seeds: 1 };
         let (a, e) = agent_and_env(&prog, name, run).map_err(|d| format!("agent does not build:\n{}", render(&d)))?;
-        let p = anakin_programs(&prog, &a, &e, Shape { envs, steps, updates: 2 });
+        let p = anakin_programs(&prog, &a, &e, DeviceShape { envs, steps, updates: 2 });
         let state = eval_func(&p.init, &[podracer::io::seed_key(seed as i64), Array::i32(vec![], vec![0])]);
         let host = eval_func(&p.train, &state);
         close("anakin train", &host, &run_compiled(client, &p.train, &state)?)?;

@@ -3,7 +3,7 @@
 //! one batch, writing a rollout of `T` steps for the learner.
 
 use super::policy::{NoPolicy, PolicyStore, Want};
-use super::rollout::{self, Layout, Rollout};
+use super::rollout::{self, Rollout, TrajectoryLayout};
 use crate::array::Array;
 use crate::host::{self, EnvSpec, HostEnv, StepOut};
 use crate::runtime::{Buffer, Client, Executable};
@@ -30,7 +30,7 @@ pub struct Actor {
     pub key: Array,
     /// The agent's env, which the host env must match.
     pub expected: EnvSpec,
-    pub layout: Layout,
+    pub layout: TrajectoryLayout,
     /// One environment's carry at the start of an episode (empty without a carry).
     pub initial_carry: Vec<Array>,
     pub policy: Arc<PolicyStore>,

@@ -32,7 +32,7 @@ use crate::runtime::{Buffer, Client, Executable};
 use crate::train::run::{Driver, Report, Reported};
 use crate::train::state::DeviceState;
 use policy::PolicyStore;
-use rollout::{Entries, Episodes, Layout, Rollout};
+use rollout::{Entries, EpisodeStats, Rollout, TrajectoryLayout};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::sync::{Arc, Mutex};
@@ -182,7 +182,7 @@ impl Sebulba {
     fn learn_loop(
         &mut self,
         rxs: Vec<Receiver<Result<Rollout, String>>>,
-        layout: &Layout,
+        layout: &TrajectoryLayout,
         store: &PolicyStore,
         (start, end): (u64, u64),
         restarts: &[Arc<AtomicU64>],
@@ -249,7 +249,7 @@ impl Sebulba {
     }
 
     /// One update on the joined rollouts; returns the agent's metrics.
-    fn update(&mut self, parts: &[Rollout], layout: &Layout, tys: &[ArrayTy]) -> Result<Vec<f64>, String> {
+    fn update(&mut self, parts: &[Rollout], layout: &TrajectoryLayout, tys: &[ArrayTy]) -> Result<Vec<f64>, String> {
         let devices = self.cfg.learner_devices.clone();
         let shares = rollout::assemble(parts, layout, devices.len());
         let mut uploads: Vec<Vec<Buffer>> = vec![];
@@ -339,7 +339,7 @@ impl Driver for Sebulba {
         let action = self.spec.action.array_ty();
         let entries =
             Entries { obs: &self.spec.obs, action: &action, behaviour: &self.programs.behaviour, carry: &carry };
-        let layout = Layout::new(cfg.rollout, per_thread, entries);
+        let layout = TrajectoryLayout::new(cfg.rollout, per_thread, entries);
         let store = Arc::new(PolicyStore::new(start, self.policy()?));
         let stop = Arc::new(AtomicBool::new(false));
         let restarts: Vec<Arc<AtomicU64>> = (0..threads).map(|_| Arc::new(AtomicU64::new(0))).collect();
@@ -393,7 +393,7 @@ impl Driver for Sebulba {
 /// What a report accumulates over its updates.
 #[derive(Default)]
 struct Acc {
-    episodes: Episodes,
+    episodes: EpisodeStats,
     metrics: Vec<f64>,
     lag: f64,
     rollouts: usize,

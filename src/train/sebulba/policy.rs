@@ -18,7 +18,7 @@ pub enum Want {
     AtLeast(u64),
 }
 
-pub type Policy = Arc<Vec<Array>>;
+pub type PolicyParams = Arc<Vec<Array>>;
 
 /// Why [`PolicyStore::get`] gave no policy.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -35,7 +35,7 @@ pub struct PolicyStore {
 }
 
 struct Inner {
-    versions: BTreeMap<u64, Policy>,
+    versions: BTreeMap<u64, PolicyParams>,
     stopped: bool,
 }
 
@@ -70,7 +70,7 @@ impl PolicyStore {
 
     /// Blocks until a version satisfies `want`, or the run stops, or an exact version
     /// turns out to be dropped already (which the lag rule rules out).
-    pub fn get(&self, want: Want) -> Result<(u64, Policy), NoPolicy> {
+    pub fn get(&self, want: Want) -> Result<(u64, PolicyParams), NoPolicy> {
         let mut g = self.lock();
         loop {
             if g.stopped {

@@ -20,7 +20,7 @@ pub const BEHAVIOUR: usize = 7;
 
 /// The shape of one thread's rollout.
 #[derive(Clone, Debug)]
-pub struct Layout {
+pub struct TrajectoryLayout {
     pub steps: usize,
     /// Environments of one actor thread.
     pub envs: usize,
@@ -38,15 +38,15 @@ pub struct Entries<'a> {
     pub carry: &'a [ArrayTy],
 }
 
-impl Layout {
-    pub fn new(steps: usize, envs: usize, e: Entries) -> Layout {
+impl TrajectoryLayout {
+    pub fn new(steps: usize, envs: usize, e: Entries) -> TrajectoryLayout {
         let bytes = |t: &ArrayTy| t.numel() * t.dtype.size();
         let o = bytes(e.obs);
         let mut elem = vec![o, bytes(e.action), 4, 1, 1, o, o];
         elem.extend(e.behaviour.iter().map(bytes));
         let carry = elem.len();
         elem.extend(e.carry.iter().map(bytes));
-        Layout { steps, envs, elem, carry }
+        TrajectoryLayout { steps, envs, elem, carry }
     }
 
     /// Rows of a field: `T`, or one for `last_obs` and the carry.
@@ -57,14 +57,14 @@ impl Layout {
 
 /// Episode statistics: sums over the episodes that ended.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct Episodes {
+pub struct EpisodeStats {
     pub return_sum: f64,
     pub length_sum: f64,
     pub count: u64,
 }
 
-impl Episodes {
-    pub fn add(&mut self, o: &Episodes) {
+impl EpisodeStats {
+    pub fn add(&mut self, o: &EpisodeStats) {
         self.return_sum += o.return_sum;
         self.length_sum += o.length_sum;
         self.count += o.count;
@@ -76,20 +76,20 @@ pub struct Rollout {
     pub fields: Vec<Vec<u8>>,
     /// The policy version that acted.
     pub version: u64,
-    pub episodes: Episodes,
+    pub episodes: EpisodeStats,
     /// Seconds the thread waited (for a policy, or for the learner to take its rollout)
     /// since its previous rollout.
     pub idle_s: f64,
 }
 
 impl Rollout {
-    pub fn new(layout: &Layout) -> Rollout {
+    pub fn new(layout: &TrajectoryLayout) -> Rollout {
         let fields = (0..layout.elem.len()).map(|f| vec![0; layout.rows(f) * layout.envs * layout.elem[f]]).collect();
-        Rollout { fields, version: 0, episodes: Episodes::default(), idle_s: 0.0 }
+        Rollout { fields, version: 0, episodes: EpisodeStats::default(), idle_s: 0.0 }
     }
 
     /// Writes `bytes` (whole entries) into row `t` of `field`, from environment `env0` on.
-    pub fn write(&mut self, layout: &Layout, field: usize, t: usize, env0: usize, bytes: &[u8]) {
+    pub fn write(&mut self, layout: &TrajectoryLayout, field: usize, t: usize, env0: usize, bytes: &[u8]) {
         let e = layout.elem[field];
         let at = (t * layout.envs + env0) * e;
         self.fields[field][at..at + bytes.len()].copy_from_slice(bytes);
@@ -98,7 +98,7 @@ impl Rollout {
 
 /// Joins the threads' rollouts along the environment axis (thread 0's environments
 /// first) and cuts the result into `devices` equal shares: `[device][field]` bytes.
-pub fn assemble(parts: &[Rollout], layout: &Layout, devices: usize) -> Vec<Vec<Vec<u8>>> {
+pub fn assemble(parts: &[Rollout], layout: &TrajectoryLayout, devices: usize) -> Vec<Vec<Vec<u8>>> {
     let total = layout.envs * parts.len();
     let per_device = total / devices;
     let mut out: Vec<Vec<Vec<u8>>> = (0..devices).map(|_| Vec::with_capacity(layout.elem.len())).collect();
@@ -131,7 +131,7 @@ mod tests {
     #[test]
     fn assemble_joins_threads_and_splits_devices() {
         // Two threads of 2 envs, 2 steps, one-byte entries: env columns 0,1 | 2,3.
-        let layout = Layout { steps: 2, envs: 2, elem: vec![1; 8], carry: 7 };
+        let layout = TrajectoryLayout { steps: 2, envs: 2, elem: vec![1; 8], carry: 7 };
         let mut parts = vec![Rollout::new(&layout), Rollout::new(&layout)];
         for (k, p) in parts.iter_mut().enumerate() {
             for t in 0..2 {
@@ -147,7 +147,8 @@ mod tests {
         assert_eq!(shares[0][7].len(), 2, "one row of carry");
         let (f4, f3, i2) =
             (ArrayTy::new(DType::F32, vec![4]), ArrayTy::new(DType::F32, vec![3]), ArrayTy::new(DType::I32, vec![2]));
-        let l = Layout::new(2, 2, Entries { obs: &f4, action: &f3, behaviour: &[], carry: &[f4.clone(), i2] });
+        let l =
+            TrajectoryLayout::new(2, 2, Entries { obs: &f4, action: &f3, behaviour: &[], carry: &[f4.clone(), i2] });
         assert_eq!(l.elem, [16, 12, 4, 1, 1, 16, 16, 16, 8]);
         assert_eq!((l.rows(6), l.rows(7), l.rows(8), l.rows(5)), (1, 1, 1, 2));
     }
