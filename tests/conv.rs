@@ -11,6 +11,7 @@
 //! cancels has no meaningful elementwise relative error).
 
 mod common;
+mod tier;
 
 use common::client;
 use podracer::array::{Array, Data};
@@ -330,6 +331,9 @@ fn check_chunk(kind: &str, cases: &[Case], chunk: &[usize], want: &[Value]) -> V
 /// two threads (one client): XLA's compile is the time.
 #[test]
 fn exhaustive_small_geometries_match_jax() {
+    if tier::slow("every small conv geometry") {
+        return;
+    }
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/conv/exhaustive.json");
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("fixture")).expect("json");
     let kinds = ["conv", "pool"].map(|kind| {

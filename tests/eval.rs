@@ -6,6 +6,8 @@
 //! The debug tests evaluate learners written straight into a checkpoint (a linear policy
 //! of zeros: uniformly random actions), so that they need no training run.
 
+mod tier;
+
 use podracer::array::Array;
 use podracer::train::checkpoint;
 use serde_json::{Value, json};
@@ -305,6 +307,9 @@ fn trained_catch() -> PathBuf {
 
 #[test]
 fn trained_catch_a2c_returns_at_least_0_9_over_1000_episodes_in_release() {
+    if tier::slow("a release-build learning run") {
+        return;
+    }
     let run = trained_catch();
     let run = run.to_str().expect("utf-8");
     for greedy in [&[][..], &["--greedy"]] {
@@ -319,6 +324,9 @@ fn trained_catch_a2c_returns_at_least_0_9_over_1000_episodes_in_release() {
 
 #[test]
 fn play_writes_a_gif_of_the_ball_and_the_paddle_in_release() {
+    if tier::slow("a release-build learning run") {
+        return;
+    }
     let run = trained_catch();
     let gif = run.join("episode.gif");
     let args = ["play", "examples/catch_a2c.pod", "--checkpoint", run.to_str().expect("utf-8"), "--out"];

@@ -1,10 +1,11 @@
 //! Random well-typed programs (see `common/generate.rs`) and the regressions they found go
 //! through the whole compiler: each must check, build without a panic, and compile to
 //! what the reference interpreter computes (see `common/oracle.rs`). The corpus is fixed
-//! (seeds `0..PROGRAMS`), so a failure reproduces; `PODC_GEN_SEEDS=a..b` runs others, and
-//! the fuzz target `generated` explores further.
+//! (seeds `0..PROGRAMS`; the fast tier's first tenth), so a failure reproduces;
+//! `PODC_GEN_SEEDS=a..b` runs others, and the fuzz target `generated` explores further.
 
 mod common;
+mod tier;
 
 use common::generate::{Choices, program};
 use common::{client, oracle};
@@ -49,6 +50,8 @@ fn generated_programs_compile_to_what_the_interpreter_computes() {
             let (a, b) = r.split_once("..").expect("PODC_GEN_SEEDS is a range a..b");
             a.parse().expect("a number")..b.parse().expect("a number")
         }
+        // The fast tier runs a tenth of the corpus.
+        Err(_) if tier::fast() => 0..PROGRAMS / 10,
         Err(_) => 0..PROGRAMS,
     };
     // Two threads, one client: compiling dominates, and XLA compiles on the calling thread.

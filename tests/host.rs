@@ -6,6 +6,8 @@
 //! The Python tests use the cache venv, made by podc's own code on first use (which takes
 //! a minute once), whatever `PODC_PYTHON` or `VIRTUAL_ENV` say.
 
+mod tier;
+
 use podracer::array::{Array, Data};
 use podracer::host::pool::WorkerPool;
 use podracer::host::{ActionSpace, Backend, EnvUri, HostEnv, HostError, Options, StepOut};
@@ -140,6 +142,9 @@ fn gymnasium_equals_in_process(id: &str, spec: &str, acts: &[Array], ends: &dyn 
 
 #[test]
 fn gymnasium_through_workers_equals_in_process() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let acts: Vec<Array> = actions(1, 40, 5, 2).iter().map(|a| discrete(a)).collect();
     let spec = "observation: f32[4], action: discrete(2), time_limit: 12";
     gymnasium_equals_in_process("CartPole-v1", spec, &acts, &|te, tr| te > 0 && tr > 0);
@@ -149,6 +154,9 @@ fn gymnasium_through_workers_equals_in_process() {
 /// (Gymnasium clips them).
 #[test]
 fn gymnasium_box_actions_through_workers_equal_in_process() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let acts: Vec<Array> = actions(3, 30, 4, 600)
         .iter()
         .map(|a| Array::f32(vec![4, 1], a.iter().map(|&x| x as f32 / 100.0 - 3.0).collect()))
@@ -161,6 +169,9 @@ fn gymnasium_box_actions_through_workers_equal_in_process() {
 /// way), and neither does stepping in two phases (`send`, then `recv`).
 #[test]
 fn worker_count_and_split_steps_do_not_change_results() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let run = |workers, split: bool| {
         let mut env = pool("gymnasium:Acrobot-v1", 3, workers);
         let mut out = StepOut::new(env.spec(), 3);
@@ -287,6 +298,9 @@ fn pod_pendulum_equals_device_step() {
 /// rows step normally, and the restart is counted.
 #[test]
 fn sigkill_of_a_worker_truncates_its_rows_and_restarts_it() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let (n, spec_envs) = (4, "gymnasium:CartPole-v1");
     let mut env = pool(spec_envs, n, 2);
     let mut out = StepOut::new(env.spec(), n);
@@ -322,6 +336,9 @@ fn sigkill_of_a_worker_truncates_its_rows_and_restarts_it() {
 /// A Python exception in a worker: restarted like a crash.
 #[test]
 fn python_exception_restarts_the_worker() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let mut env = faulty("raise", 3, 2, 1, Duration::from_secs(60), 10);
     let mut out = StepOut::new(env.spec(), 2);
     env.reset(0, &mut out).unwrap();
@@ -336,6 +353,9 @@ fn python_exception_restarts_the_worker() {
 /// A hung worker is killed at the step deadline and restarted; the step returns in time.
 #[test]
 fn hung_worker_is_killed_at_the_deadline() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let mut env = faulty("hang", 2, 2, 1, Duration::from_millis(1500), 10);
     let mut out = StepOut::new(env.spec(), 2);
     env.reset(0, &mut out).unwrap();
@@ -351,6 +371,9 @@ fn hung_worker_is_killed_at_the_deadline() {
 /// Past the bound, a fault is an error that shows the worker's stderr.
 #[test]
 fn restarts_are_bounded() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let mut env = faulty("raise", 2, 1, 1, Duration::from_secs(60), 1);
     let mut out = StepOut::new(env.spec(), 1);
     env.reset(0, &mut out).unwrap();
@@ -373,6 +396,9 @@ fn restarts_are_bounded() {
 /// process.
 #[test]
 fn killing_the_parent_leaves_no_worker() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["holder_of_workers", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
         .env("PODC_TEST_HOLD_WORKERS", "1")
@@ -430,6 +456,9 @@ fn holder_of_workers() {
 
 #[test]
 fn bad_envs_are_clear_errors() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let mut opts = options(Backend::Gymnasium, 2);
     let err = |uri: &str, opts: &Options| podracer::host::open(uri, opts, None).err().expect(uri).to_string();
     let e = err("gymnasium:NoSuchEnv-v9", &opts);
@@ -448,6 +477,9 @@ fn bad_envs_are_clear_errors() {
 /// A Python without the packages: the error gives the exact pip command.
 #[test]
 fn missing_package_names_the_pip_command() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let venv = dir.path().join("empty");
     let made = Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&venv).status().unwrap();
@@ -462,6 +494,9 @@ fn missing_package_names_the_pip_command() {
 
 #[test]
 fn podc_env_describe() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let podc = env!("CARGO_BIN_EXE_podc");
     let run = |uri: &str| {
         let python = cache_python(Backend::Gymnasium);
@@ -515,6 +550,9 @@ fn podc_env_describe() {
 /// benched as before; flags that do not apply to host envs are clear errors.
 #[test]
 fn podc_bench_env_uri() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let podc = env!("CARGO_BIN_EXE_podc");
     let python = cache_python(Backend::Gymnasium);
     let bench = |target: &str, extra: &[&str]| {
@@ -731,6 +769,9 @@ fn ale_equals_ale_py(
 /// policy loses 21 points in about 800 steps).
 #[test]
 fn ale_pong_through_workers_equals_ale_py() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let spec = "observation: u8[4, 84, 84], action: discrete(6), time_limit: 27000";
     let (te, tr) = ale_equals_ale_py("ale:Pong", spec, json!({}), 4, 2, 1010);
     assert!(te > 0 && tr == 0, "{te} terminated, {tr} truncated");
@@ -740,6 +781,9 @@ fn ale_pong_through_workers_equals_ale_py() {
 /// frameskip 4, and every env is truncated at steps 50 and 100, never terminated.
 #[test]
 fn ale_time_limit_truncates() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let spec = "observation: u8[4, 84, 84], action: discrete(6), time_limit: 50";
     let kwargs = json!({"max_num_frames_per_episode": 200});
     let (te, tr) = ale_equals_ale_py("ale:Pong?max_episode_steps=50", spec, kwargs, 3, 1, 120);
@@ -751,6 +795,9 @@ fn ale_time_limit_truncates() {
 /// frameskip (the time limit in frames follows it).
 #[test]
 fn ale_settings_reach_ale_py() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let uri = "ale:Breakout?episodic_life=true&reward_clip=true&frameskip=3&max_episode_steps=50";
     let spec = "observation: u8[4, 84, 84], action: discrete(4), time_limit: 50";
     let kwargs =
@@ -763,6 +810,9 @@ fn ale_settings_reach_ale_py() {
 /// an unknown setting are clear errors.
 #[test]
 fn podc_env_describe_ale() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let podc = env!("CARGO_BIN_EXE_podc");
     let python = cache_python(Backend::Ale);
     let run = |uri: &str| Command::new(podc).args(["env", "describe", uri, "--python"]).arg(&python).output().unwrap();

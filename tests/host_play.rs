@@ -9,6 +9,8 @@
 //! The Python tests use the cache venv made by podc's own code (as tests/host.rs does),
 //! with pygame for Gymnasium's drawing, whatever `PODC_PYTHON` or `VIRTUAL_ENV` say.
 
+mod tier;
+
 use podracer::array::Array;
 use podracer::host::Backend;
 use podracer::host::python::{cache_venv_with, render_requirements, requirements};
@@ -163,6 +165,9 @@ fn frames_written(o: &Output) -> usize {
 /// one, importing the module the checkpoint recorded, from another directory.
 #[test]
 fn a_sebulba_run_is_evaluated_on_its_host_env() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let run = dir().join("a2c");
     fs::copy(root().join("tests/fixtures/host/blind_envs.py"), dir().join("blind_envs.py")).expect("copy");
     let file = root().join("examples/cartpole_a2c.pod");
@@ -185,6 +190,9 @@ fn a_sebulba_run_is_evaluated_on_its_host_env() {
 
 #[test]
 fn eval_counts_exactly_the_episodes_asked_for_and_repeats_with_the_seed() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     // 11 episodes over 4 envs: quotas of 3 and 2.
     let args =
         ["eval", "pole.pod", "--checkpoint", "random", "--episodes", "11", "--envs", "4", "--seed", "5", "--json"];
@@ -227,6 +235,9 @@ fn a_recurrent_agents_carry_starts_afresh_with_each_host_episode() {
 
 #[test]
 fn play_draws_cartpole_with_gymnasiums_own_frames() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     // The balancing controller's first episode of env 0 with seed 0 (one that
     // `eval_counts_exactly..` sees last 100 steps or more), cut at 100 steps.
     let out = dir().join("pole.gif");
@@ -269,6 +280,9 @@ fn eval_and_play_cartpole_through_envpool() {
 /// the reset).
 #[test]
 fn play_draws_pong_in_full_colour() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let out = dir().join("pong.gif");
     let o =
         podc(&["play", "pong.pod", "--checkpoint", "pong", "--out", out.to_str().expect("utf-8")], Some(Backend::Ale));
@@ -286,6 +300,9 @@ fn play_draws_pong_in_full_colour() {
 
 #[test]
 fn host_envs_that_cannot_draw_or_do_not_match_are_clear_errors() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let gif = dir().join("never.gif");
     let gif = gif.to_str().expect("utf-8");
     let blind = root().join("tests/fixtures/host/blind_envs.py");

@@ -2,6 +2,8 @@
 //! deterministic, a SIGKILLed env worker mid-run is restarted and counted, a host env that
 //! does not match the agent's is a clear error, and a short run learns.
 
+mod tier;
+
 use podracer::host::Backend;
 use podracer::train::run::{Driver, Reported};
 use podracer::train::sebulba::{Config, Sebulba};
@@ -118,6 +120,9 @@ fn a_short_run_learns_catch() {
 
 #[test]
 fn a_host_env_that_does_not_match_is_an_error() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let py = cache_python();
     let o = podc(&["train", "examples/catch_a2c.pod", "--env", "gymnasium:CartPole-v1", "-q", "--python"])
         .arg(&py)
@@ -146,6 +151,9 @@ fn children(pid: u32) -> Vec<u32> {
 
 #[test]
 fn a_sigkilled_worker_is_restarted_and_counted() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let py = cache_python();
     let mut child = podc(&["train", "examples/cartpole_a2c.pod", "--env", "gymnasium:CartPole-v1", "-q"])
@@ -195,6 +203,9 @@ fn impala_with_behaviour_runs_under_both_drivers() {
 /// Python) and Gymnasium's Pendulum-v1 through a worker.
 #[test]
 fn box_actions_train_on_host_envs() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let src = std::fs::read_to_string(root().join("examples/pendulum_ppo.pod")).unwrap();
     let decl = "extern env Pendulum { observation: f32[3], action: box(1, -2.0, 2.0), time_limit: 200 }";
@@ -219,6 +230,9 @@ fn box_actions_train_on_host_envs() {
 /// here) or after the restarts that follow it.
 #[test]
 fn a_learner_error_ends_the_run_while_a_worker_hangs() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     const SRC: &str = "use std::distributions::categorical_sample;
 extern env CartPole { observation: f32[4], action: discrete(2), time_limit: 500 }
 struct M { total: f32 }
@@ -342,6 +356,9 @@ fn cpu_actors_step_one_batch_by_default() {
 /// `pod:` env is loaded with the run's overrides, as the Anakin program is.
 #[test]
 fn overrides_reach_a_pod_env_of_the_root_file() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("still.pod");
     std::fs::write(
@@ -385,6 +402,9 @@ agent Still for Count {
 /// the run is the same with the envs split over one worker or two.
 #[test]
 fn a_pixel_agent_trains_on_ale_pong() {
+    if tier::slow("Python env workers") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let python = cache_python_for(Backend::Ale);
     let run = |workers: &str| {

@@ -7,6 +7,7 @@
 //! `podc` process compiles its program afresh, so the tests share runs where they can.
 
 mod common;
+mod tier;
 
 use podracer::train::anakin::{RunShape, Trainer, agent_and_env};
 use podracer::train::run::Driver;
@@ -454,6 +455,9 @@ fn curve_tail(records: &[metrics::Record]) -> String {
 /// The example agent, trained as its header says.
 #[test]
 fn catch_a2c_learns_catch_in_release() {
+    if tier::slow("a release-build learning run") {
+        return;
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     let out: PathBuf = dir.path().join("catch");
     let records = release_train(&out, &["examples/catch_a2c.pod", "--total-steps", "500000", "--seed", "0"]);
@@ -472,6 +476,9 @@ fn catch_a2c_learns_catch_in_release() {
 /// memory wiped every step stays at chance (0).
 #[test]
 fn recurrent_ppo_remembers_and_feed_forward_ppo_cannot_in_release() {
+    if tier::slow("a release-build learning run") {
+        return;
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     for (agent, ok) in [("RecurrentPPO", 0.9..=1.0), ("FeedForwardPPO", -0.2..=0.2)] {
         let args = ["examples/memory_ppo.pod", "--agent", agent, "--total-steps", "200000", "--seed", "0"];
@@ -485,6 +492,9 @@ fn recurrent_ppo_remembers_and_feed_forward_ppo_cannot_in_release() {
 /// at the end, not only their mean.
 #[test]
 fn every_seed_of_cartpole_a2c_learns_in_release() {
+    if tier::slow("a release-build learning run") {
+        return;
+    }
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("a2c4");
     let records = release_train(&out, &["examples/cartpole_a2c.pod", "--seeds", "4", "--total-steps", "2000000"]);
