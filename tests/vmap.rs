@@ -27,12 +27,13 @@ use podracer::ir::eval::eval_func;
 use podracer::ir::verify::verify;
 use podracer::ir::{Func, Var};
 use podracer::lower::lower_module;
+use podracer::prims::batching::{BVal, batched_ty, bdim_at};
 use podracer::prims::{
     AllReduce, AllReduceOp, Argmax, Argsort, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert,
     Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Reverse, Select, Slice, StopGradient,
     Transpose, Unary, UnaryOp,
 };
-use podracer::transform::vmap::{BVal, batch_into, batched_ty, bdim_at, vmap};
+use podracer::transform::vmap::{batch_into, vmap};
 
 /// The batch size.
 const B: usize = 3;

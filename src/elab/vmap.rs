@@ -12,9 +12,10 @@
 use super::{Elab, Val};
 use crate::ir::Var;
 use crate::ir::build::Builder;
+use crate::prims::batching::{BVal, bdim_at};
 use crate::syntax::ast;
 use crate::syntax::span::Span;
-use crate::transform::vmap::{BVal, batch_into, bdim_at};
+use crate::transform::vmap::batch_into;
 use crate::types::error::TypeError;
 use crate::types::{Dim, Subst, Ty};
 

@@ -5,9 +5,9 @@ use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::lower::stablehlo::LowerCx;
-use crate::transform::grad::NotDifferentiable;
-use crate::transform::vmap::{BVal, vectorized};
+use crate::prims::batching::{BVal, vectorized};
+use crate::prims::derivative::NotDifferentiable;
+use crate::prims::emit::LowerCx;
 
 /// The identity on values, through which no derivative flows (`jax.lax.stop_gradient`):
 /// `grad` treats its result as a constant. Any dtype and shape.

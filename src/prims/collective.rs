@@ -11,9 +11,9 @@ use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::lower::stablehlo::{LowerCx, fn_type, tensor_type};
-use crate::transform::grad::NotDifferentiable;
-use crate::transform::vmap::{BVal, vectorized};
+use crate::prims::batching::{BVal, vectorized};
+use crate::prims::derivative::NotDifferentiable;
+use crate::prims::emit::{LowerCx, fn_type, tensor_type};
 
 /// How an all-reduce combines the replicas' values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

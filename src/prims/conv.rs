@@ -16,9 +16,9 @@ use super::{Prim, Reshape, Reverse, Rules, Transpose};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::lower::stablehlo::LowerCx;
-use crate::transform::grad::NotDifferentiable;
-use crate::transform::vmap::BVal;
+use crate::prims::batching::BVal;
+use crate::prims::derivative::NotDifferentiable;
+use crate::prims::emit::LowerCx;
 
 /// `conv_general_dilated` on f32. Each `*_spec` names dimensions of its operand: for the
 /// lhs and the result, the batch dimension, the feature dimension, then the spatial ones;

@@ -9,9 +9,9 @@ use super::{Reshape, Transpose};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::lower::stablehlo::LowerCx;
-use crate::transform::grad::NotDifferentiable;
-use crate::transform::vmap::BVal;
+use crate::prims::batching::BVal;
+use crate::prims::derivative::NotDifferentiable;
+use crate::prims::emit::LowerCx;
 
 /// `stablehlo.dot_general`: multiplies along the contracting dimensions and sums them
 /// away, pairing the batch dimensions. The result's dimensions are the batch dimensions

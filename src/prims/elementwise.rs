@@ -23,9 +23,9 @@ use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::lower::stablehlo::LowerCx;
-use crate::transform::grad::{NotDifferentiable, binary, compare, full_like, mul, scaled, select, unary};
-use crate::transform::vmap::{BVal, broadcasting, vectorized};
+use crate::prims::batching::{BVal, broadcasting, vectorized};
+use crate::prims::derivative::{NotDifferentiable, binary, compare, full_like, mul, scaled, select, unary};
+use crate::prims::emit::LowerCx;
 
 /// A unary elementwise operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -16,9 +16,9 @@ use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::lower::stablehlo::{LowerCx, fn_type, tensor_type};
-use crate::transform::grad::{self, NotDifferentiable};
-use crate::transform::vmap::{BVal, batch_size, bdim_at};
+use crate::prims::batching::{BVal, batch_size, bdim_at};
+use crate::prims::derivative::{self, NotDifferentiable};
+use crate::prims::emit::{LowerCx, fn_type, tensor_type};
 
 /// `stablehlo.gather`: windows of `operand` at the start indices held by `indices`.
 /// Arguments: the operand, then the indices (i32, whose last dimension is the index
@@ -276,7 +276,7 @@ impl Rules for Gather {
         let unpaired: Vec<usize> = (0..ivd).filter(|c| !self.indices_batching_dims.contains(c)).collect();
         let out_rank = b.ty(ct).rank();
         let batch_out: Vec<usize> = (0..out_rank).filter(|r| !self.offset_dims.contains(r)).collect();
-        let zeros = grad::zeros(b, &x_ty);
+        let zeros = derivative::zeros(b, &x_ty);
         if unpaired.is_empty() {
             let s = scatter(self.indices_batching_dims.clone(), self.offset_dims.clone());
             return Ok(vec![Some(b.prim1(Prim::Scatter(s), &[zeros, idx, ct])), None]);
@@ -303,7 +303,7 @@ impl Rules for Gather {
         let acc = b.fresh(x_ty.clone());
         let idx_k = row(b, idx_rows, k);
         let ct_k = row(b, ct_rows, k);
-        let zeros_k = grad::zeros(b, &x_ty);
+        let zeros_k = derivative::zeros(b, &x_ty);
         let add = b.prim1(Prim::Scatter(s), &[zeros_k, idx_k, ct_k]);
         let next = b.prim1(Prim::Binary(Binary { op: BinaryOp::Add }), &[acc, add]);
         let m = i64::try_from(m).expect("sizes fit in i64");
@@ -325,7 +325,7 @@ fn row(b: &mut Builder, rows: Var, k: Var) -> Var {
     let shape = b.ty(rows).shape.clone();
     let mut sizes = shape.clone();
     sizes[0] = 1;
-    let zero = grad::index(b, 0);
+    let zero = derivative::index(b, 0);
     let mut args = vec![rows, k];
     args.extend(std::iter::repeat_n(zero, shape.len() - 1));
     let r = b.prim1(Prim::DynamicSlice(DynamicSlice { sizes }), &args);
@@ -563,7 +563,7 @@ impl Rules for Scatter {
         let (idx, upd, ct) = (args[1], args[2], cts[0]);
         let upd_ty = b.ty(upd).clone();
         let rank = b.ty(ct).rank();
-        let zeros = grad::zeros(b, &upd_ty);
+        let zeros = derivative::zeros(b, &upd_ty);
         let dx = b.prim1(Prim::Scatter(self.clone()), &[ct, idx, zeros]);
         let g = Gather {
             offset_dims: self.update_window_dims.clone(),

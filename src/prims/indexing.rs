@@ -33,9 +33,9 @@ use super::{Concat, Constant, Gather, Prim, Reshape, Rules, Scatter};
 use crate::array::{Array, ArrayTy};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::lower::stablehlo::LowerCx;
-use crate::transform::grad::{self, NotDifferentiable};
-use crate::transform::vmap::{BVal, batch_size, bdim_at};
+use crate::prims::batching::{BVal, batch_size, bdim_at};
+use crate::prims::derivative::{self, NotDifferentiable};
+use crate::prims::emit::LowerCx;
 
 /// `x[start[0]..limit[0], ...]` with stride 1.
 #[derive(Clone, Debug, PartialEq)]
@@ -133,9 +133,9 @@ impl Rules for Slice {
         cts: &[Var],
     ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
         let ty = b.ty(args[0]).clone();
-        let mut vars = vec![grad::zeros(b, &ty), cts[0]];
+        let mut vars = vec![derivative::zeros(b, &ty), cts[0]];
         for &s in &self.start {
-            vars.push(grad::index(b, s as i64));
+            vars.push(derivative::index(b, s as i64));
         }
         Ok(vec![Some(b.prim1(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &vars))])
     }
@@ -212,7 +212,7 @@ impl Rules for DynamicSlice {
         cts: &[Var],
     ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
         let ty = b.ty(args[0]).clone();
-        let mut vars = vec![grad::zeros(b, &ty), cts[0]];
+        let mut vars = vec![derivative::zeros(b, &ty), cts[0]];
         vars.extend_from_slice(&args[1..]);
         let mut out = vec![Some(b.prim1(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &vars))];
         out.extend(args[1..].iter().map(|_| None));
@@ -304,7 +304,7 @@ impl Rules for DynamicUpdateSlice {
     ) -> Result<Vec<Option<Var>>, NotDifferentiable> {
         let (u, starts) = (args[1], &args[2..]);
         let u_ty = b.ty(u).clone();
-        let mut vars = vec![cts[0], grad::zeros(b, &u_ty)];
+        let mut vars = vec![cts[0], derivative::zeros(b, &u_ty)];
         vars.extend_from_slice(starts);
         let dx = b.prim1(Prim::DynamicUpdateSlice(DynamicUpdateSlice), &vars);
         let mut vars = vec![cts[0]];

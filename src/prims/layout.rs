@@ -7,9 +7,9 @@ use super::{Reduce, ReduceOp, Slice};
 use crate::array::{Array, ArrayTy};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::lower::stablehlo::LowerCx;
-use crate::transform::grad::NotDifferentiable;
-use crate::transform::vmap::{BVal, batch_size, bdim_at};
+use crate::prims::batching::{BVal, batch_size, bdim_at};
+use crate::prims::derivative::NotDifferentiable;
+use crate::prims::emit::LowerCx;
 
 /// `stablehlo.broadcast_in_dim`: operand dimension `k` becomes result dimension
 /// `dims[k]`, where it must have the result's size or size 1 (then it is repeated).

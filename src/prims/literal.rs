@@ -5,9 +5,9 @@ use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::lower::stablehlo::LowerCx;
-use crate::transform::grad::NotDifferentiable;
-use crate::transform::vmap::BVal;
+use crate::prims::batching::BVal;
+use crate::prims::derivative::NotDifferentiable;
+use crate::prims::emit::LowerCx;
 
 /// A constant array. Lowered as `stablehlo.constant` with every float written so that it
 /// parses back to the same bits (NaN and infinities included).

@@ -7,10 +7,13 @@
 //! compile until every rule exists, and "not differentiable" is a written decision.
 
 pub mod ad;
+pub mod batching;
 pub mod collective;
 pub mod conv;
+pub mod derivative;
 pub mod dot;
 pub mod elementwise;
+pub mod emit;
 pub mod gather;
 pub mod indexing;
 pub mod layout;
@@ -26,9 +29,9 @@ mod tests;
 use crate::array::{Array, ArrayTy};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::lower::stablehlo::LowerCx;
-use crate::transform::grad::NotDifferentiable;
-use crate::transform::vmap::BVal;
+use crate::prims::batching::BVal;
+use crate::prims::derivative::NotDifferentiable;
+use crate::prims::emit::LowerCx;
 
 pub use ad::StopGradient;
 pub use collective::{AllReduce, AllReduceOp};

@@ -12,9 +12,9 @@ use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::lower::stablehlo::{LowerCx, fn_type, tensor_type};
-use crate::transform::grad::{NotDifferentiable, binary, compare, full_like, mul};
-use crate::transform::vmap::BVal;
+use crate::prims::batching::BVal;
+use crate::prims::derivative::{NotDifferentiable, binary, compare, full_like, mul};
+use crate::prims::emit::{LowerCx, fn_type, tensor_type};
 
 /// A reduction operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

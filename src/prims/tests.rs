@@ -4,7 +4,7 @@
 
 use super::*;
 use crate::array::{Array, ArrayTy, DType, Data};
-use crate::lower::stablehlo::{dense, f32_literal};
+use crate::prims::emit::{dense, f32_literal};
 
 /// Evaluates `p`, checking first that its type rule accepts the arguments and predicts
 /// the results' types.

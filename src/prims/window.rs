@@ -11,9 +11,9 @@ use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::ir::Var;
 use crate::ir::build::Builder;
-use crate::lower::stablehlo::{LowerCx, fn_type, tensor_type};
-use crate::transform::grad::NotDifferentiable;
-use crate::transform::vmap::{BVal, batch_size, bdim_at};
+use crate::prims::batching::{BVal, batch_size, bdim_at};
+use crate::prims::derivative::NotDifferentiable;
+use crate::prims::emit::{LowerCx, fn_type, tensor_type};
 
 /// Where the windows are: per dimension, the window size, the step and the padding
 /// before and after. Padding holds `-inf`, so a window's maximum is that of its real
