@@ -30,6 +30,7 @@ pub mod overrides;
 pub mod prims;
 pub mod resolve;
 pub mod runtime;
+pub mod space;
 pub mod stats;
 pub mod syntax;
 pub mod train;

@@ -3,12 +3,11 @@
 use super::{Failure, load};
 use crate::array::{Array, Data};
 use crate::diag::emit_stderr;
-use crate::elab::env::{
-    ActionSpace, EnvFuncs, bench_program, build_env, env_names, fold_in_program, render_step_program,
-};
+use crate::elab::env::{EnvFuncs, bench_program, build_env, env_names, fold_in_program, render_step_program};
 use crate::lower::stablehlo::lower_module;
 use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable};
+use crate::space::ActionSpace;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Instant;

@@ -29,6 +29,7 @@ use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::prims::{Binary, BinaryOp, CmpOp, Compare, Prim};
 use crate::resolve::{ItemRef, Program};
+use crate::space::ActionSpace;
 use crate::syntax::ast::{self, EnvSpec, ExprKind};
 use crate::syntax::span::Span;
 use crate::transform::vmap::vmap;
@@ -39,42 +40,10 @@ use std::collections::HashMap;
 /// The members an `env` may declare, for diagnostics.
 const MEMBERS: &str = "`observation`, `action` and `time_limit`";
 
-/// What one action of an env is.
-#[derive(Clone, Debug, PartialEq)]
-pub enum ActionSpace {
-    /// `discrete(n)`: an `i32` in `0..n`.
-    Discrete(u64),
-    /// `box(n)` or `box(n, lo, hi)`: an `f32[n]`, with bounds per component when declared.
-    /// The env enforces them (Gymnasium's Pendulum clips); nothing else clips or checks.
-    Box { n: u64, bounds: Option<(Vec<f32>, Vec<f32>)> },
-}
-
 impl ActionSpace {
     /// One action's type: `i32` or `f32[n]`.
     pub fn ty(&self) -> Ty {
         array_ty(&self.array_ty())
-    }
-
-    pub fn array_ty(&self) -> ArrayTy {
-        match self {
-            ActionSpace::Discrete(_) => ArrayTy::scalar(DType::I32),
-            ActionSpace::Box { n, .. } => ArrayTy::new(DType::F32, vec![*n as usize]),
-        }
-    }
-}
-
-/// `discrete(3)`, `box(2)`, `box(1, -2.0, 2.0)`, `box(2, [-1.0, 0.0], 1.0)`: as written in `.pod`.
-impl std::fmt::Display for ActionSpace {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let bound = |b: &[f32]| match b {
-            [first, rest @ ..] if rest.iter().all(|x| x.to_bits() == first.to_bits()) => format!("{first:?}"),
-            _ => format!("[{}]", b.iter().map(|x| format!("{x:?}")).collect::<Vec<_>>().join(", ")),
-        };
-        match self {
-            ActionSpace::Discrete(n) => write!(f, "discrete({n})"),
-            ActionSpace::Box { n, bounds: None } => write!(f, "box({n})"),
-            ActionSpace::Box { n, bounds: Some((lo, hi)) } => write!(f, "box({n}, {}, {})", bound(lo), bound(hi)),
-        }
     }
 }
 

@@ -28,8 +28,8 @@ pub mod worker;
 pub use uri::{Backend, EnvUri, KwValue};
 
 use crate::array::{Array, ArrayTy, Data};
-pub use crate::elab::env::ActionSpace;
 use crate::runtime::Client;
+pub use crate::space::ActionSpace;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
