@@ -67,9 +67,13 @@ pub struct AnakinPrograms {
     /// The state's arrays, in the programs' order.
     pub state: Vec<Leaf>,
     /// The names of the metrics `train` returns after the state, all `f32` scalars:
-    /// `return_sum`, `length_sum`, `episodes`, then the agent's metrics.
+    /// [`EPISODE_METRICS`], then the agent's metrics.
     pub metrics: Vec<String>,
 }
+
+/// The episode statistics `train` returns first among its metrics, summed over the
+/// episodes that ended during the call.
+pub const EPISODE_METRICS: [&str; 3] = ["return_sum", "length_sum", "episodes"];
 
 /// Builds the two programs for an agent (built for `shape.envs` environments and
 /// `shape.steps` steps) and its environment.
@@ -94,7 +98,7 @@ pub fn anakin_programs(prog: &Program, agent: &AgentFuncs, env: &EnvFuncs, shape
         state.push(Leaf { name, ty: init.types[v.0 as usize].clone(), kind, seeded: false });
     }
     let train = train_program(prog, agent, env, shape, &state);
-    let mut metrics: Vec<String> = ["return_sum", "length_sum", "episodes"].map(String::from).to_vec();
+    let mut metrics: Vec<String> = EPISODE_METRICS.map(String::from).to_vec();
     if let Ty::Struct(def, args) = &agent.info.metrics {
         metrics.extend(Ty::struct_fields(def, args).into_iter().map(|(n, _)| n));
     }

@@ -11,7 +11,7 @@ use super::run::{Driver, Report, Reported};
 use super::state::DeviceState;
 use crate::array::{Array, Data};
 use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
-use crate::elab::anakin::{AnakinPrograms, DeviceShape, LeafKind, anakin_programs, with_seeds};
+use crate::elab::anakin::{AnakinPrograms, DeviceShape, EPISODE_METRICS, LeafKind, anakin_programs, with_seeds};
 use crate::elab::env::{EnvFuncs, build_env};
 use crate::lower::stablehlo::lower_module_donating;
 use crate::resolve::Program;
@@ -149,16 +149,18 @@ impl<'c> Trainer<'c> {
             o.truncate(n);
         }
         self.state.buffers = outs;
-        let names = &self.programs.metrics[3..];
+        let ([returns, lengths, episodes], agent) = metrics.split_at(EPISODE_METRICS.len()) else {
+            unreachable!("train returns the episode statistics first")
+        };
+        let names = &self.programs.metrics[EPISODE_METRICS.len()..];
         Ok((0..self.shape.seeds)
             .map(|s| {
-                let episodes = metrics[2][s];
-                let mean = |sum: f64| (episodes > 0.0).then(|| sum / episodes);
+                let mean = |sum: f64| (episodes[s] > 0.0).then(|| sum / episodes[s]);
                 Report {
-                    episode_return: mean(metrics[0][s]),
-                    episode_length: mean(metrics[1][s]),
-                    episodes: episodes as u64,
-                    metrics: names.iter().cloned().zip(metrics[3..].iter().map(|m| m[s])).collect(),
+                    episode_return: mean(returns[s]),
+                    episode_length: mean(lengths[s]),
+                    episodes: episodes[s] as u64,
+                    metrics: names.iter().cloned().zip(agent.iter().map(|m| m[s])).collect(),
                 }
             })
             .collect())
