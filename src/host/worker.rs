@@ -244,18 +244,22 @@ impl Worker {
         self.send(b'S')
     }
 
-    /// The shared memory to write a command's input into, when no command is pending.
-    fn shared_mut(&mut self) -> Result<&mut [u8], Fault> {
+    /// An error while a command is pending (the worker may be writing the shared memory).
+    fn idle(&self) -> Result<(), Fault> {
         match self.pending {
             Some(cmd) => Err(Fault::Protocol(format!("{:?} is still pending", cmd as char))),
-            None => Ok(self.shm.bytes_mut()),
+            None => Ok(()),
         }
     }
 
+    /// The shared memory to write a command's input into, when no command is pending.
+    fn shared_mut(&mut self) -> Result<&mut [u8], Fault> {
+        self.idle()?;
+        Ok(self.shm.bytes_mut())
+    }
+
     fn send(&mut self, cmd: u8) -> Result<(), Fault> {
-        if let Some(p) = self.pending {
-            return Err(Fault::Protocol(format!("{:?} is still pending", p as char)));
-        }
+        self.idle()?;
         self.chan.write_all(&[cmd]).map_err(|_| Fault::Died)?;
         self.pending = Some(cmd);
         Ok(())
