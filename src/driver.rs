@@ -6,6 +6,8 @@ use crate::ir::Func;
 use crate::overrides::Override;
 use crate::resolve::{self, Program};
 use crate::types::Ty;
+
+pub use crate::elab::env::{build_env, env_names};
 use std::path::{Path, PathBuf};
 
 /// An entry point, compiled to IR.

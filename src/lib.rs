@@ -9,6 +9,9 @@
 //!   text) ─ runtime (PJRT plugin: compile, transfer, execute)
 //! ```
 //!
+//! `programs` puts the drivers' programs (Anakin, Sebulba, eval, bench) together from the
+//! built functions of an agent and an env.
+//!
 //! Every primitive has one home under `prims/` holding all of its rules. The core is pure;
 //! IO lives in `resolve` (reading modules), `runtime`, `train` (a run's checkpoints,
 //! metrics and plots), `host` (env workers) and `cli`, and `unsafe` only in `runtime::pjrt::ffi`
@@ -28,6 +31,7 @@ pub mod ir;
 pub mod lower;
 pub mod overrides;
 pub mod prims;
+pub mod programs;
 pub mod resolve;
 pub mod runtime;
 pub mod space;

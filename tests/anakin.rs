@@ -7,9 +7,9 @@ mod common;
 
 use common::{assert_close, client};
 use podracer::array::Array;
-use podracer::elab::anakin::{AnakinPrograms, DeviceShape, LeafKind, anakin_programs};
 use podracer::ir::eval::eval_func;
 use podracer::lower::stablehlo::lower_module_donating;
+use podracer::programs::anakin::{AnakinPrograms, DeviceShape, LeafKind, anakin_programs};
 use podracer::train::anakin::{RunShape, agent_and_env};
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 //! training programs), or ends in diagnostics.
 
 use podracer::driver;
-use podracer::elab::anakin::{DeviceShape, anakin_programs};
+use podracer::programs::anakin::{DeviceShape, anakin_programs};
 use podracer::train::anakin::{RunShape, agent_and_env};
 use std::path::{Path, PathBuf};
 

@@ -286,8 +286,8 @@ fn the_actor_reads_only_the_policy() {
     let (prog, diags) = podracer::driver::check_file(&root().join("examples/cartpole_ppo.pod")).unwrap();
     assert!(diags.is_empty());
     let agent = podracer::elab::agent::build_agent(&prog, "PPO", 32, 128).unwrap_or_else(|d| panic!("{}", d.message));
-    let p = podracer::elab::sebulba::sebulba_programs(&prog, &agent, 16);
-    let names = podracer::elab::anakin::leaf_names(&agent.info.learner, "learner");
+    let p = podracer::programs::sebulba::sebulba_programs(&prog, &agent, 16);
+    let names = podracer::programs::leaf_names(&agent.info.learner, "learner");
     let read: Vec<&str> = p.policy.iter().map(|&i| names[i].as_str()).collect();
     assert!(!read.is_empty() && read.iter().all(|n| n.starts_with("learner.params.actor.")), "{read:?}");
     let actor = names.iter().filter(|n| n.starts_with("learner.params.actor.")).count();

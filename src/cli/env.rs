@@ -3,8 +3,9 @@
 use super::{Failure, load};
 use crate::array::{Array, Data};
 use crate::diag::emit_stderr;
-use crate::elab::env::{EnvFuncs, bench_program, build_env, env_names, fold_in_program, render_step_program};
+use crate::elab::env::{EnvFuncs, build_env, env_names};
 use crate::lower::stablehlo::lower_module;
+use crate::programs::env::{bench_program, fold_in_program, render_step_program};
 use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable};
 use crate::space::ActionSpace;

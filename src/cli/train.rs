@@ -3,8 +3,8 @@
 use super::{Failure, load};
 use crate::diag::emit_stderr;
 use crate::driver::LoadOptions;
-use crate::elab::anakin::{AnakinPrograms, DeviceShape, anakin_programs};
 use crate::overrides;
+use crate::programs::anakin::{AnakinPrograms, DeviceShape, anakin_programs};
 use crate::resolve::Program;
 use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent};
 use crate::train::checkpoint;

@@ -22,17 +22,15 @@
 
 use super::ops::array_ty;
 use super::{Elab, Val};
-use crate::array::{Array, ArrayTy, DType};
+use crate::array::{Array, DType};
 use crate::diag::Diag;
 use crate::ir::Func;
-use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::prims::{Binary, BinaryOp, CmpOp, Compare, Prim};
 use crate::resolve::{ItemRef, Program};
 use crate::space::ActionSpace;
-use crate::syntax::ast::{self, EnvSpec, ExprKind};
+use crate::syntax::ast::{self, EnvSpec};
 use crate::syntax::span::Span;
-use crate::transform::vmap::vmap;
 use crate::types::error::TypeError;
 use crate::types::{Dim, Ty};
 use std::collections::HashMap;
@@ -374,37 +372,6 @@ impl Elab<'_> {
             .collect();
         Val::of(a.ty, vars)
     }
-
-    /// A builtin applied to values and static arguments, through a tiny synthesized call,
-    /// so that the derived functions use exactly the builtins users call.
-    pub(super) fn call_builtin(&mut self, name: &str, args: Vec<Arg>, span: Span) -> Val {
-        self.scopes.push(HashMap::new());
-        let int = |n: u64| ast::Expr { kind: ExprKind::Int(n), span };
-        let mut exprs = vec![];
-        for (i, a) in args.into_iter().enumerate() {
-            exprs.push(match a {
-                Arg::Val(v) => {
-                    let var = format!("#arg{i}");
-                    self.bind_name(&var, v);
-                    ast::Expr { kind: ExprKind::Name(ast::Ident { name: var, span }), span }
-                }
-                Arg::Int(n) => int(n),
-                Arg::Shape(dims) => ast::Expr { kind: ExprKind::Array(dims.into_iter().map(int).collect()), span },
-            });
-        }
-        let call =
-            ast::Expr { kind: ExprKind::Call { func: ast::Ident { name: name.into(), span }, args: exprs }, span };
-        let v = self.expr(&call);
-        self.scopes.pop();
-        v
-    }
-}
-
-/// An argument of a synthesized builtin call.
-pub(super) enum Arg {
-    Val(Val),
-    Int(u64),
-    Shape(Vec<u64>),
 }
 
 /// Checks the env named `name` in the root module and derives its functions.
@@ -454,7 +421,6 @@ fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Deriv
     let mut cx = Elab::new(prog, Some(Builder::new()));
     cx.module = r.module;
     cx.scopes.push(HashMap::new());
-    let span = e.name.span;
     let i32_ty = Ty::scalar(DType::I32);
     let zero = |cx: &mut Elab| cx.known_val(Array::i32(vec![], vec![0]), Ty::scalar(DType::I32), false);
     let (params, outs): (Vec<Val>, Vec<Val>) = match which {
@@ -487,7 +453,8 @@ fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Deriv
             let t = cx.param(i32_ty.clone());
             let a = cx.param(info.action.ty());
             let key = cx.param(super::random::key_ty());
-            let (k_step, k_reset) = split2(&mut cx, key.clone(), span);
+            let pair = cx.split_pair(&key);
+            let [k_step, k_reset]: [Val; 2] = cx.split(&pair).try_into().expect("split gives two keys");
             let st = cx.call_env(e, r.module, "step", vec![s.clone(), a.clone(), k_step]);
             let mut f = cx.split(&st).into_iter();
             let (next, reward, terminated, truncated) = (
@@ -528,127 +495,4 @@ fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Deriv
         Derived::Render => format!("{}_render", info.name),
     };
     cx.finish(&name, params, results)
-}
-
-/// The program `podc bench env` times: `steps` steps of `envs` auto-resetting
-/// environments with random actions (see [`random_actions`]), in one loop on the device.
-///
-/// `(key: u32[2]) -> (total reward: f32, episodes ended: i32)`; the results depend on
-/// every step, so nothing is optimised away.
-pub fn bench_program(prog: &Program, env: &EnvFuncs, envs: usize, steps: usize) -> Func {
-    let mut cx = Elab::new(prog, Some(Builder::new()));
-    cx.scopes.push(HashMap::new());
-    let span = Span::default();
-    let key = cx.param(super::random::key_ty());
-    let n_state = env.state_len();
-    let reset_b = vmap(&env.reset, &[true], envs);
-    let step_b = vmap(&env.step, &vec![true; env.step.graph.params.len()], envs);
-
-    let (k0, k) = split2(&mut cx, key.clone(), span);
-    let reset_keys = cx.call_builtin("split", vec![Arg::Val(k0), Arg::Int(envs as u64)], span);
-    let b = cx.b.as_mut().expect("build mode");
-    let init = b.inline(&reset_b, &reset_keys.vars);
-    let state_t: Vec<Var> = init[..n_state + 1].to_vec();
-    let zero_f = cx.known_val(Array::f32(vec![], vec![0.0]), Ty::scalar(DType::F32), false);
-    let zero_i = cx.known_val(Array::i32(vec![], vec![0]), Ty::scalar(DType::I32), false);
-    let mut init_vars = state_t.clone();
-    init_vars.extend([k.vars[0], zero_f.vars[0], zero_i.vars[0]]);
-
-    let b = cx.b.as_mut().expect("build mode");
-    let i = b.fresh(ArrayTy::scalar(DType::I32));
-    b.begin_loop();
-    let carries: Vec<Var> = init_vars.iter().map(|&v| b.fresh(b.ty(v).clone())).collect();
-    let leaf = |cx: &Elab, v: Var| Val::of(array_ty(cx.b.as_ref().expect("build mode").ty(v)), vec![v]);
-    let (state_t, rest) = carries.split_at(n_state + 1);
-    let (k, total, episodes) = (leaf(&cx, rest[0]), leaf(&cx, rest[1]), leaf(&cx, rest[2]));
-    let (k, k_act) = split2(&mut cx, k, span);
-    let (k, k_env) = split2(&mut cx, k, span);
-    let actions = random_actions(&mut cx, &env.info.action, k_act, envs);
-    let env_keys = cx.call_builtin("split", vec![Arg::Val(k_env), Arg::Int(envs as u64)], span);
-    let mut args = state_t.to_vec();
-    args.extend(actions.vars.iter().copied());
-    args.extend(env_keys.vars.iter().copied());
-    let outs = cx.b.as_mut().expect("build mode").inline(&step_b, &args);
-    // outs: state.., t, obs, reward, terminated, truncated, final_obs
-    let (reward, terminated, truncated) =
-        (leaf(&cx, outs[n_state + 2]), leaf(&cx, outs[n_state + 3]), leaf(&cx, outs[n_state + 4]));
-    let r = cx.call_builtin("sum", vec![Arg::Val(reward)], span);
-    let total = cx.apply(Prim::Binary(Binary { op: BinaryOp::Add }), &[&total, &r]);
-    let done = cx.apply(Prim::Binary(Binary { op: BinaryOp::Or }), &[&terminated, &truncated]);
-    let done = cx.convert(done, DType::I32, span);
-    let ended = cx.call_builtin("sum", vec![Arg::Val(done)], span);
-    let episodes = cx.apply(Prim::Binary(Binary { op: BinaryOp::Add }), &[&episodes, &ended]);
-    let mut yields = outs[..n_state + 1].to_vec();
-    yields.extend([k.vars[0], total.vars[0], episodes.vars[0]]);
-    let mut params = vec![i];
-    params.extend(carries.iter().copied());
-    let b = cx.b.as_mut().expect("build mode");
-    let finals = b.end_loop(0, steps as i64, &init_vars, params, yields);
-    let results = finals[finals.len() - 2..].to_vec();
-    cx.finish_internal(&format!("{}_bench", env.info.name), key.vars, results)
-}
-
-/// Random actions for `envs` environments: uniform over `discrete(n)` or within a `box`'s
-/// bounds, standard normal for an unbounded `box`.
-fn random_actions(cx: &mut Elab, space: &ActionSpace, k: Val, envs: usize) -> Val {
-    let span = Span::default();
-    let i32_val = |cx: &mut Elab, x: i32| cx.known_val(Array::i32(vec![], vec![x]), Ty::scalar(DType::I32), false);
-    match space {
-        ActionSpace::Discrete(n) => {
-            let (lo, hi) = (i32_val(cx, 0), i32_val(cx, *n as i32));
-            let shape = Arg::Shape(vec![envs as u64]);
-            cx.call_builtin("randint", vec![Arg::Val(k), shape, Arg::Val(lo), Arg::Val(hi)], span)
-        }
-        ActionSpace::Box { n, bounds: None } => {
-            cx.call_builtin("normal", vec![Arg::Val(k), Arg::Shape(vec![envs as u64, *n])], span)
-        }
-        ActionSpace::Box { n, bounds: Some((lo, hi)) } => {
-            // lo + (hi - lo) * u, the bounds repeated for every env.
-            let u = cx.call_builtin("uniform", vec![Arg::Val(k), Arg::Shape(vec![envs as u64, *n])], span);
-            let rows = |x: Vec<f32>| Array::f32(vec![envs, x.len()], x.repeat(envs));
-            let ty = Ty::Array(DType::F32, vec![Dim::Known(envs as u64), Dim::Known(*n)]);
-            let width = cx.known_val(rows(lo.iter().zip(hi).map(|(l, h)| h - l).collect()), ty.clone(), false);
-            let lo = cx.known_val(rows(lo.clone()), ty, false);
-            let scaled = cx.apply(Prim::Binary(Binary { op: BinaryOp::Mul }), &[&width, &u]);
-            cx.apply(Prim::Binary(Binary { op: BinaryOp::Add }), &[&lo, &scaled])
-        }
-    }
-}
-
-/// `split(k)` as a pair of keys.
-pub(super) fn split2(cx: &mut Elab, k: Val, span: Span) -> (Val, Val) {
-    let keys = cx.call_builtin("split", vec![Arg::Val(k)], span);
-    let mut parts = cx.split(&keys);
-    let second = parts.pop().expect("split gives two keys");
-    (parts.pop().expect("split gives two keys"), second)
-}
-
-/// `(key: u32[2], t: i32) -> fold_in(key, t)`: the per-step keys of `podc sim`.
-pub fn fold_in_program(prog: &Program) -> Func {
-    let mut cx = Elab::new(prog, Some(Builder::new()));
-    cx.scopes.push(HashMap::new());
-    let key = cx.param(super::random::key_ty());
-    let t = cx.param(Ty::scalar(DType::I32));
-    let k = cx.call_builtin("fold_in", vec![Arg::Val(key.clone()), Arg::Val(t.clone())], Span::default());
-    let params = key.vars.into_iter().chain(t.vars).collect();
-    cx.finish_internal("fold_in", params, k.vars)
-}
-
-/// `(state.., action, key: u32[2]) -> f32[H, W, 3]`: the frame of the state that the
-/// auto-resetting step with this key ends in, before any reset (the env's own `step`
-/// with the key's first half, as the derived step takes it), for `podc sim --gif`.
-pub fn render_step_program(prog: &Program, env: &EnvFuncs) -> Option<Func> {
-    let render = env.render.as_ref()?;
-    let mut cx = Elab::new(prog, Some(Builder::new()));
-    cx.scopes.push(HashMap::new());
-    let s = cx.param(env.info.state.clone());
-    let a = cx.param(env.info.action.ty());
-    let key = cx.param(super::random::key_ty());
-    let (k_step, _) = split2(&mut cx, key.clone(), Span::default());
-    let b = cx.b.as_mut().expect("build mode");
-    let args: Vec<Var> = s.vars.iter().chain(&a.vars).chain(&k_step.vars).copied().collect();
-    let outs = b.inline(&env.raw_step, &args);
-    let frame = b.inline(render, &outs[..s.vars.len()]);
-    let params = [s.vars, a.vars, key.vars].concat();
-    Some(cx.finish_internal("render_step", params, frame))
 }

@@ -12,25 +12,23 @@
 //! flattened leaves.
 
 pub mod agent;
-pub mod anakin;
 mod builtins;
 mod calls;
 mod collective;
 mod control;
 mod conv;
 pub mod env;
-pub mod episodes;
 mod expr;
 mod grad;
 mod items;
 mod leafwise;
 mod ops;
 mod random;
-pub mod sebulba;
 mod sort;
 mod vmap;
 
 pub(crate) use expr::edit_distance;
+pub(crate) use ops::array_ty;
 
 use crate::array::{Array, DType};
 use crate::diag::Diag;
@@ -69,7 +67,7 @@ impl Val {
         Val { ty: Ty::Error, vars: vec![], weak: false, known: None }
     }
 
-    fn of(ty: Ty, vars: Vec<Var>) -> Val {
+    pub(crate) fn of(ty: Ty, vars: Vec<Var>) -> Val {
         Val { ty, vars, weak: false, known: None }
     }
 }
@@ -205,6 +203,12 @@ impl<'p> Elab<'p> {
             current: None,
             calls: vec![],
         }
+    }
+
+    /// An elaborator that only builds, for the programs that `programs` puts together
+    /// from built functions and the builtins' cores.
+    pub(crate) fn building_only(prog: &'p Program) -> Elab<'p> {
+        Elab::new(prog, Some(Builder::new()))
     }
 
     /// Reports one call site on each cycle of the call graph.

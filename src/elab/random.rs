@@ -160,23 +160,29 @@ impl Elab<'_> {
             None => Ty::Tuple(vec![key_ty(), key_ty()]),
         };
         // A pair is a tuple, which is never known at compile time: only build it.
-        let count = match n {
-            Some(Dim::Known(n)) if self.concrete(&[&k]) => n as usize,
-            None if self.building() => 2,
-            _ => return Val::of(ty, vec![]),
-        };
-        let (k0, k1) = self.key_words(&k);
-        if matches!(ty, Ty::Tuple(_)) {
-            // Each key of a pair is hashed on its own, so that when only one of them is
-            // used (an env whose `step` ignores its key) the other is dead code.
-            let mut vars = vec![];
-            for i in 0..2 {
-                let (hi, lo) = (self.u32c(0), self.u32c(i));
-                let (y0, y1) = self.threefry(&k0, &k1, hi, lo);
-                vars.extend(self.pair(&y0, &y1).vars);
-            }
-            return Val::of(ty, vars);
+        match n {
+            Some(Dim::Known(n)) if self.concrete(&[&k]) => self.split_n(&k, n as usize),
+            None if self.building() => self.split_pair(&k),
+            _ => Val::of(ty, vec![]),
         }
+    }
+
+    /// `split(k)`: a pair of keys. Each is hashed on its own, so that when only one of
+    /// them is used (an env whose `step` ignores its key) the other is dead code.
+    pub(crate) fn split_pair(&mut self, k: &Val) -> Val {
+        let (k0, k1) = self.key_words(k);
+        let mut vars = vec![];
+        for i in 0..2 {
+            let (hi, lo) = (self.u32c(0), self.u32c(i));
+            let (y0, y1) = self.threefry(&k0, &k1, hi, lo);
+            vars.extend(self.pair(&y0, &y1).vars);
+        }
+        Val::of(Ty::Tuple(vec![key_ty(), key_ty()]), vars)
+    }
+
+    /// `split(k, n)`: `u32[n, 2]`.
+    pub(crate) fn split_n(&mut self, k: &Val, count: usize) -> Val {
+        let (k0, k1) = self.key_words(k);
         let (x0, x1) = self.counters(&[count], k.known.is_some());
         let (y0, y1) = self.threefry(&k0, &k1, x0, x1);
         let column = Prim::Reshape(Reshape { shape: vec![count, 1] });
@@ -195,9 +201,14 @@ impl Elab<'_> {
         if !self.concrete(&[&k, &d]) {
             return Val::of(key_ty(), vec![]);
         }
-        let (k0, k1) = self.key_words(&k);
+        self.fold_in(&k, &d)
+    }
+
+    /// `fold_in(k, d)` on a key and an integer scalar.
+    pub(crate) fn fold_in(&mut self, k: &Val, d: &Val) -> Val {
+        let (k0, k1) = self.key_words(k);
         let x0 = self.u32c(0);
-        let x1 = self.u32_bits(&d);
+        let x1 = self.u32_bits(d);
         let (y0, y1) = self.threefry(&k0, &k1, x0, x1);
         self.pair(&y0, &y1)
     }
@@ -257,16 +268,20 @@ impl Elab<'_> {
         if !self.ready(&[&k, &lo, &hi], &dims) {
             return Val::of(ty, vec![]);
         }
-        let shape = known_shape(&dims);
-        let (k1, k2) = self.split2(&k);
-        let higher = self.random_bits(&k1, &shape);
-        let lower = self.random_bits(&k2, &shape);
+        self.randint(&k, &known_shape(&dims), &lo, &hi)
+    }
+
+    /// `randint(k, shape, lo, hi)` on a key and `i32` scalar bounds.
+    pub(crate) fn randint(&mut self, k: &Val, shape: &[usize], lo: &Val, hi: &Val) -> Val {
+        let (k1, k2) = self.split2(k);
+        let higher = self.random_bits(&k1, shape);
+        let lower = self.random_bits(&k2, shape);
         // span = hi - lo as u32, or 1 when hi <= lo so that lo is always returned. (jax
         // widens the span by one when `hi` exceeds the dtype's maximum; an i32 never does.)
-        let diff = self.bin(BinaryOp::Sub, &hi, &lo);
+        let diff = self.bin(BinaryOp::Sub, hi, lo);
         let diff = self.u32_bits(&diff);
         let one = self.u32c(1);
-        let empty = self.apply(Prim::Compare(Compare { op: CmpOp::Le }), &[&hi, &lo]);
+        let empty = self.apply(Prim::Compare(Compare { op: CmpOp::Le }), &[hi, lo]);
         let span = self.apply(Prim::Select(Select), &[&empty, &one, &diff]);
         // 2^32 mod span, as (2^16 mod span)^2 mod span, so that the 64 random bits
         // (higher, lower) reduce to (higher mod span) * multiplier + (lower mod span).
@@ -282,7 +297,7 @@ impl Elab<'_> {
         let offset = self.bin(BinaryOp::Add, &h, &l);
         let offset = self.bin(BinaryOp::Rem, &offset, &span_b);
         let offset = self.apply(Prim::Convert(Convert { to: DType::I32 }), &[&offset]);
-        let lo = self.splat(&lo, &offset);
+        let lo = self.splat(lo, &offset);
         self.bin(BinaryOp::Add, &lo, &offset)
     }
 
@@ -443,7 +458,7 @@ impl Elab<'_> {
 
     /// Uniform floats in `[0, 1)` (`_uniform` with its default range, where
     /// `floats * (1 - 0) + 0` and the final `max(0, ...)` change nothing).
-    fn uniform01(&mut self, k: &Val, shape: &[usize]) -> Val {
+    pub(crate) fn uniform01(&mut self, k: &Val, shape: &[usize]) -> Val {
         let bits = self.random_bits(k, shape);
         let nine = self.u32c(9);
         let nine = self.splat(&nine, &bits);
@@ -466,7 +481,7 @@ impl Elab<'_> {
     }
 
     /// `jax.random.normal` (`_normal_real`).
-    fn normal(&mut self, k: &Val, shape: &[usize]) -> Val {
+    pub(crate) fn normal(&mut self, k: &Val, shape: &[usize]) -> Val {
         let u = self.uniform01(k, shape);
         let (lo, hi) = (self.f32c(NORMAL_LO), self.f32c(1.0));
         let u = self.scale(&u, &lo, &hi);

@@ -10,8 +10,9 @@
 
 use super::{EnvSpec, HostEnv, HostError, StepOut};
 use crate::array::{Array, Data};
-use crate::elab::env::{build_env, env_names};
+use crate::driver::{build_env, env_names};
 use crate::lower::stablehlo::lower_module;
+use crate::programs::env::host_keys_program;
 use crate::runtime::{Buffer, Client, Executable};
 use crate::transform::vmap::vmap;
 use std::path::Path;
@@ -86,7 +87,7 @@ impl PodEnv {
         let n_state = env.state_len();
         let reset_b = vmap(&env.reset, &[true], num_envs);
         let step_b = vmap(&env.step, &vec![true; env.step.graph.params.len()], num_envs);
-        let keys = keys_program(num_envs)?;
+        let keys = host_keys_program(&prog, num_envs);
         let compile = |f: &crate::ir::Func| client.compile(&lower_module(f, 1), 1);
         Ok(PodEnv {
             client: client.clone(),
@@ -109,19 +110,6 @@ impl PodEnv {
         let t = self.client.upload(&Array::i32(vec![], vec![t]), 0)?;
         Ok(self.keys.execute(&[base, &t])?.remove(0))
     }
-}
-
-/// `(base: Key, t: i32) -> u32[B, 2]`, written in `.pod` so that the keys are exactly
-/// the language's `split` and `fold_in` (those of `jax.random`).
-pub fn keys_program(num_envs: usize) -> Result<crate::ir::Func, HostError> {
-    let src = format!("fn main(base: Key, t: i32) -> u32[{num_envs}, 2] {{ split(fold_in(base, t), {num_envs}) }}\n");
-    let (prog, diags) = crate::driver::check_source("<host keys>", &src, None);
-    if !diags.is_empty() {
-        return Err(HostError::Pod(crate::diag::render_plain(&prog.map, &diags)));
-    }
-    let e =
-        crate::driver::build(&prog, "main").map_err(|d| HostError::Pod(crate::diag::render_plain(&prog.map, &[*d])))?;
-    Ok(e.func)
 }
 
 fn download(b: &Buffer) -> Result<Array, HostError> {

@@ -2,7 +2,7 @@
 //! keeps the training state on the devices between calls, and turns each call's small
 //! metrics into reports.
 //!
-//! Every call runs `K` updates on every device (see `elab::anakin`); the host only
+//! Every call runs `K` updates on every device (see `programs::anakin`); the host only
 //! downloads the metrics, which the program has already reduced over the devices. The
 //! state's buffers are donated to the next call, so it never leaves the devices except
 //! for a checkpoint.
@@ -11,9 +11,9 @@ use super::run::{Driver, Report, Reported};
 use super::state::DeviceState;
 use crate::array::{Array, Data};
 use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
-use crate::elab::anakin::{AnakinPrograms, DeviceShape, EPISODE_METRICS, LeafKind, anakin_programs, with_seeds};
 use crate::elab::env::{EnvFuncs, build_env};
 use crate::lower::stablehlo::lower_module_donating;
+use crate::programs::anakin::{AnakinPrograms, DeviceShape, EPISODE_METRICS, LeafKind, anakin_programs, with_seeds};
 use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable};
 use std::time::Instant;

@@ -1,18 +1,19 @@
 //! Looking at a trained agent: its learner read back from a checkpoint, exactly `N`
-//! whole episodes run through the compiled programs of `elab::episodes` and their returns
+//! whole episodes run through the compiled programs of `programs::episodes` and their returns
 //! summarised, and one episode played frame by frame; for a `.pod` env all on the device,
 //! for a host env (`host::HostEnv`, as the Sebulba actors step it) with the policy on the
 //! device and the env on the host.
 
 use crate::array::{Array, Data};
 use crate::elab::agent::PolicyFuncs;
-use crate::elab::anakin::leaf_names;
 use crate::elab::env::EnvFuncs;
-use crate::elab::episodes::{Policy, eval_chunk, eval_start, host_act, play_start, play_step};
 use crate::host::{HostEnv, StepOut};
 use crate::ir::Func;
 use crate::ir::eval::eval_func;
 use crate::lower::stablehlo::{lower_module, lower_module_donating};
+use crate::programs::act::{Policy, act_program};
+use crate::programs::episodes::{eval_chunk, eval_start, play_start, play_step};
+use crate::programs::leaf_names;
 use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable};
 use serde_json::{Value, json};
@@ -342,19 +343,23 @@ pub fn play(
     }
 }
 
-/// The policy compiled for a batch of host envs ([`host_act`]).
+/// The policy compiled for a batch of host envs ([`act_program`]).
 pub struct HostPolicy<'c> {
     client: &'c Client,
     exe: Executable,
     envs: usize,
+    /// The learner's leaves the program takes, by index.
+    policy: Vec<usize>,
+    /// How many arrays of the behaviour record come after the action (none for `greedy`).
+    behaviour: usize,
     /// One environment's carry at an episode's start (empty without a carry).
     initial_carry: Vec<Array>,
 }
 
-/// One run's acting state: the key, the learner on the device, each env's carry.
+/// One run's acting state: the key, the policy on the device, each env's carry.
 struct Acting {
     key: Buffer,
-    learner: Vec<Buffer>,
+    policy: Vec<Buffer>,
     carry: Vec<Array>,
 }
 
@@ -366,10 +371,16 @@ impl<'c> HostPolicy<'c> {
         which: Policy,
         envs: usize,
     ) -> Result<Self, String> {
-        let f = host_act(prog, policy, which, envs);
-        let exe = client.compile(&lower_module(&f, 1), 1).map_err(|e| e.to_string())?;
+        let f = match which {
+            Policy::Sample => &policy.act,
+            Policy::Greedy => policy.greedy.as_ref().ok_or("the agent has no `greedy`")?,
+        };
+        let sizes = (policy.learner_len(), policy.carry_len());
+        let p = act_program(prog, f, which, sizes, envs);
+        let exe = client.compile(&lower_module(&p.func, 1), 1).map_err(|e| e.to_string())?;
         let initial_carry = policy.initial_carry.as_ref().map_or(vec![], |f| eval_func(f, &[]));
-        Ok(HostPolicy { client, exe, envs, initial_carry })
+        let behaviour = p.func.graph.results.len() - 2 - initial_carry.len();
+        Ok(HostPolicy { client, exe, envs, policy: p.policy, behaviour, initial_carry })
     }
 
     /// The acting state of a run with `learner` from `key(seed)`.
@@ -378,7 +389,7 @@ impl<'c> HostPolicy<'c> {
         let carry = self.initial_carry.iter().map(|c| c.stacked(self.envs)).collect();
         Ok(Acting {
             key: upload(&crate::io::seed_key(seed))?,
-            learner: learner.iter().map(upload).collect::<Result<_, _>>()?,
+            policy: self.policy.iter().map(|&i| upload(&learner[i])).collect::<Result<_, _>>()?,
             carry,
         })
     }
@@ -389,10 +400,11 @@ impl<'c> HostPolicy<'c> {
         let upload = |x: &Array| self.client.upload(x, 0).map_err(err);
         let carry: Vec<Buffer> = a.carry.iter().map(upload).collect::<Result<_, _>>()?;
         let obs = upload(obs)?;
-        let args: Vec<&Buffer> = std::iter::once(&a.key).chain(&a.learner).chain(&carry).chain([&obs]).collect();
+        let args: Vec<&Buffer> = std::iter::once(&a.key).chain(&a.policy).chain(&carry).chain([&obs]).collect();
         let mut outs = self.exe.execute(&args).map_err(err)?.into_iter();
         a.key = outs.next().ok_or("the policy program returned no key")?;
         let action = outs.next().ok_or("the policy program returned no action")?.download().map_err(err)?;
+        let outs = outs.skip(self.behaviour);
         a.carry = outs.map(|b| b.download().map_err(err)).collect::<Result<_, _>>()?;
         Ok(action)
     }

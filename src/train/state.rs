@@ -4,7 +4,7 @@
 //! Sebulba: the learner and its keys on the learner devices); checkpoints go through it.
 
 use crate::array::{Array, ArrayTy};
-use crate::elab::anakin::{Leaf, LeafKind};
+use crate::programs::anakin::{Leaf, LeafKind};
 use crate::runtime::{Buffer, Client};
 
 pub struct DeviceState {

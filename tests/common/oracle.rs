@@ -11,11 +11,11 @@
 
 use podracer::array::{Array, DType, Data};
 use podracer::driver;
-use podracer::elab::anakin::{DeviceShape, anakin_programs};
 use podracer::elab::env::build_env;
 use podracer::ir::Func;
 use podracer::ir::eval::eval_func;
 use podracer::lower::stablehlo::lower_module;
+use podracer::programs::anakin::{DeviceShape, anakin_programs};
 use podracer::runtime::Client;
 use podracer::space::ActionSpace;
 use podracer::train::anakin::{RunShape, agent_and_env};

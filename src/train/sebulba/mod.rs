@@ -3,7 +3,7 @@
 //!
 //! - **Actors.** `actor_threads` threads, spread over the actor devices, each with its own
 //!   `envs / actor_threads` host environments, by default in two halves (see [`actor`]). Each runs
-//!   the actor program (`elab::sebulba`) on its device and writes rollouts of `T` steps
+//!   the actor program (`programs::sebulba`) on its device and writes rollouts of `T` steps
 //!   into a queue of size 1 to the learner.
 //! - **Learner** (the calling thread). Each update takes one rollout from every actor
 //!   thread, in thread order, joins them along the environment axis, splits them over the
@@ -22,11 +22,12 @@ pub mod rollout;
 
 use crate::array::{Array, ArrayTy, DType};
 use crate::elab::agent::{AgentFuncs, AgentInfo};
-use crate::elab::anakin::{Leaf, LeafKind, leaf_names};
-use crate::elab::sebulba::{SebulbaPrograms, sebulba_programs};
 use crate::host::{self, EnvSpec};
 use crate::ir::Func;
 use crate::lower::stablehlo::lower_module_donating;
+use crate::programs::anakin::{Leaf, LeafKind};
+use crate::programs::leaf_names;
+use crate::programs::sebulba::{SebulbaPrograms, sebulba_programs};
 use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable};
 use crate::train::run::{Driver, Report, Reported};
@@ -308,9 +309,9 @@ impl Driver for Sebulba {
     /// The learner from `init(k)` (the interpreter; it runs once) on every learner device,
     /// with each device's update key.
     fn init(&mut self, seed: i64) -> Result<(), String> {
-        let learner = crate::ir::eval::eval_func(&self.init, &[keys(seed, 0, 0)?.0]);
+        let learner = crate::ir::eval::eval_func(&self.init, &[keys(&self.programs.keys, seed, 0, 0)?.0]);
         let per_device = (0..self.cfg.learner_devices.len())
-            .map(|i| Ok(learner.iter().cloned().chain([keys(seed, i as i32, 0)?.1]).collect()))
+            .map(|i| Ok(learner.iter().cloned().chain([keys(&self.programs.keys, seed, i as i32, 0)?.1]).collect()))
             .collect::<Result<Vec<Vec<Array>>, String>>()?;
         self.state.upload(&self.client, &per_device)
     }
@@ -344,8 +345,9 @@ impl Driver for Sebulba {
         let stop = Arc::new(AtomicBool::new(false));
         let restarts: Vec<Arc<AtomicU64>> = (0..threads).map(|_| Arc::new(AtomicU64::new(0))).collect();
         let notes = Arc::new(Mutex::new(vec![]));
-        let actor_keys =
-            (0..threads).map(|k| keys(seed, k as i32, start).map(|k| k.2)).collect::<Result<Vec<_>, _>>()?;
+        let actor_keys = (0..threads)
+            .map(|k| keys(&self.programs.keys, seed, k as i32, start).map(|k| k.2))
+            .collect::<Result<Vec<_>, _>>()?;
         std::thread::scope(|s| {
             let mut rxs = vec![];
             for k in 0..threads {
@@ -410,25 +412,11 @@ impl Acc {
     }
 }
 
-/// Keys from the seed, through a small `.pod` program run by the interpreter so that they
-/// are `jax.random`'s: the learner's init key (as Anakin's: the seed's first half), the
-/// update key of learner device `i`, and the key of actor thread `i` for a run (or
-/// resumption) starting at update `start`.
-fn keys(seed: i64, i: i32, start: u64) -> Result<(Array, Array, Array), String> {
-    const SRC: &str = "fn main(seed: Key, i: i32, start: i32) -> (Key, Key, Key) {
-    let (k_init, k_run) = split(seed);
-    let (k_learn, k_act) = split(k_run);
-    (k_init, fold_in(k_learn, i), fold_in(fold_in(k_act, i), start))
-}
-";
-    let (prog, diags) = crate::driver::check_source("<sebulba keys>", SRC, None);
-    let f = match diags.is_empty() {
-        true => crate::driver::build(&prog, "main").map_err(|d| d.message.clone())?.func,
-        false => return Err(crate::diag::render_plain(&prog.map, &diags)),
-    };
+/// The keys of [`SebulbaPrograms::keys`] for `seed`, learner device or actor thread `i`
+/// and a run starting at update `start`.
+fn keys(f: &Func, seed: i64, i: i32, start: u64) -> Result<(Array, Array, Array), String> {
     let start = i32::try_from(start).map_err(|_| format!("cannot resume at update {start}"))?;
     let args = [crate::io::seed_key(seed), Array::i32(vec![], vec![i]), Array::i32(vec![], vec![start])];
-    let mut out = crate::ir::eval::eval_func(&f, &args).into_iter();
-    let mut next = || out.next().ok_or_else(|| "the key program gave too few keys".to_string());
-    Ok((next()?, next()?, next()?))
+    let [init, learn, act] = crate::ir::eval::eval_func(f, &args).try_into().expect("three keys");
+    Ok((init, learn, act))
 }
