@@ -68,6 +68,11 @@ impl AgentInfo {
     pub(crate) fn traj_key(&self) -> Ty {
         traj_key(&self.env, self.behaviour.as_ref(), self.carry.as_ref())
     }
+
+    /// The definition of the agent's `Trajectory<T, B>`.
+    pub fn trajectory(&self) -> Rc<StructDef> {
+        trajectory_def(&self.traj_key())
+    }
 }
 
 /// The type the built-in `Trajectory` is made for: `(observation, action, (B?), (C?))`,
@@ -140,49 +145,49 @@ fn signature(name: &str, learner: &str, obs: &str, action: &str, carry: Option<&
     }
 }
 
-impl Elab<'_> {
-    /// The built-in `Trajectory<T, B>` for a [`traj_key`]: the observation's and the
-    /// action's types, and the behaviour record if `act` returns one.
-    pub(super) fn trajectory_def(&self, key: &Ty) -> Rc<StructDef> {
-        let (t, b) = (Dim::Param(Rc::from("T")), Dim::Param(Rc::from("B")));
-        let Ty::Tuple(parts) = key else { unreachable!("a trajectory key is a tuple") };
-        let optional = |t: &Ty| match t {
-            Ty::Tuple(ts) => ts.first().cloned(),
-            _ => unreachable!("see traj_key"),
-        };
-        let (obs, action, behaviour, carry) = (&parts[0], &parts[1], optional(&parts[2]), optional(&parts[3]));
-        let Ty::Array(dtype, dims) = obs else { unreachable!("checked: observations are arrays") };
-        let stacked = |d: DType, lead: &[Dim]| Ty::Array(d, lead.iter().cloned().chain(dims.iter().cloned()).collect());
-        let tb = [t.clone(), b.clone()];
-        let per_step = |d: DType| Ty::Array(d, tb.to_vec());
-        let Ty::Array(a_dtype, a_dims) = action else { unreachable!("actions are arrays") };
-        let actions = Ty::Array(*a_dtype, tb.iter().chain(a_dims).cloned().collect());
-        let mut fields = vec![
-            ("obs".to_string(), stacked(*dtype, &tb)),
-            ("action".to_string(), actions),
-            ("reward".to_string(), per_step(DType::F32)),
-            ("terminated".to_string(), per_step(DType::Bool)),
-            ("truncated".to_string(), per_step(DType::Bool)),
-            ("final_obs".to_string(), stacked(*dtype, &tb)),
-            ("last_obs".to_string(), stacked(*dtype, std::slice::from_ref(&b))),
-        ];
-        // `B[T, B]`: the behaviour record batched over the rollout (`traj.behaviour.log_prob:
-        // f32[T, B]`), as `vmap` batches structs.
-        if let Some(rows) = behaviour.and_then(|r| r.batched(&b)).and_then(|r| r.batched(&t)) {
-            fields.push(("behaviour".to_string(), rows));
-        }
-        // `C[B]`: each environment's carry at the start of the rollout.
-        if let Some(start) = carry.and_then(|c| c.batched(&b)) {
-            fields.push(("carry".to_string(), start));
-        }
-        Rc::new(StructDef {
-            name: TRAJECTORY.into(),
-            generics: vec!["T".into(), "B".into()],
-            fields,
-            origin: Origin::Builtin(TRAJECTORY, key.clone()),
-        })
+/// The built-in `Trajectory<T, B>` for a [`traj_key`]: the observation's and the
+/// action's types, and the behaviour record if `act` returns one.
+pub fn trajectory_def(key: &Ty) -> Rc<StructDef> {
+    let (t, b) = (Dim::Param(Rc::from("T")), Dim::Param(Rc::from("B")));
+    let Ty::Tuple(parts) = key else { unreachable!("a trajectory key is a tuple") };
+    let optional = |t: &Ty| match t {
+        Ty::Tuple(ts) => ts.first().cloned(),
+        _ => unreachable!("see traj_key"),
+    };
+    let (obs, action, behaviour, carry) = (&parts[0], &parts[1], optional(&parts[2]), optional(&parts[3]));
+    let Ty::Array(dtype, dims) = obs else { unreachable!("checked: observations are arrays") };
+    let stacked = |d: DType, lead: &[Dim]| Ty::Array(d, lead.iter().cloned().chain(dims.iter().cloned()).collect());
+    let tb = [t.clone(), b.clone()];
+    let per_step = |d: DType| Ty::Array(d, tb.to_vec());
+    let Ty::Array(a_dtype, a_dims) = action else { unreachable!("actions are arrays") };
+    let actions = Ty::Array(*a_dtype, tb.iter().chain(a_dims).cloned().collect());
+    let mut fields = vec![
+        ("obs".to_string(), stacked(*dtype, &tb)),
+        ("action".to_string(), actions),
+        ("reward".to_string(), per_step(DType::F32)),
+        ("terminated".to_string(), per_step(DType::Bool)),
+        ("truncated".to_string(), per_step(DType::Bool)),
+        ("final_obs".to_string(), stacked(*dtype, &tb)),
+        ("last_obs".to_string(), stacked(*dtype, std::slice::from_ref(&b))),
+    ];
+    // `B[T, B]`: the behaviour record batched over the rollout (`traj.behaviour.log_prob:
+    // f32[T, B]`), as `vmap` batches structs.
+    if let Some(rows) = behaviour.and_then(|r| r.batched(&b)).and_then(|r| r.batched(&t)) {
+        fields.push(("behaviour".to_string(), rows));
     }
+    // `C[B]`: each environment's carry at the start of the rollout.
+    if let Some(start) = carry.and_then(|c| c.batched(&b)) {
+        fields.push(("carry".to_string(), start));
+    }
+    Rc::new(StructDef {
+        name: TRAJECTORY.into(),
+        generics: vec!["T".into(), "B".into()],
+        fields,
+        origin: Origin::Builtin(TRAJECTORY, key.clone()),
+    })
+}
 
+impl Elab<'_> {
     /// Checks an `agent`: its environment, and that its three functions exist with the
     /// right types.
     pub(crate) fn check_agent(&mut self, a: &ast::Agent) -> Option<AgentInfo> {
@@ -365,7 +370,7 @@ impl Elab<'_> {
         // update<T, B>(l: L, traj: Trajectory<T, B>, key: Key) -> (L, M), where the
         // trajectory's sizes may also be products (`Trajectory<T, MB * 4>`) or fixed.
         let (p, r) = self.update_signature(update);
-        let traj_def = self.trajectory_def(&traj_key(&env, behaviour.as_ref(), carry.as_ref()));
+        let traj_def = trajectory_def(&traj_key(&env, behaviour.as_ref(), carry.as_ref()));
         let (metrics, not_metrics) = match &r {
             Ty::Tuple(ts) if ts.len() == 2 && ts[0] == learner => match not_metrics(&ts[1]) {
                 None => (Some(ts[1].clone()), None),
@@ -435,7 +440,7 @@ pub fn build_agent(prog: &Program, name: &str, envs: usize, steps: usize) -> Res
     cx.trajectory = Some(key.clone());
     let update = fun("update");
     let (p, _) = cx.update_signature(update);
-    let known = Ty::Struct(cx.trajectory_def(&key), vec![Dim::Known(steps as u64), Dim::Known(envs as u64)]);
+    let known = Ty::Struct(trajectory_def(&key), vec![Dim::Known(steps as u64), Dim::Known(envs as u64)]);
     let mut sizes = Subst::new();
     let fits = super::calls::unify_dims(&p[1], &known, false, &mut sizes, &mut None);
     if !fits || update.generics.iter().any(|g| !sizes.contains_key(g.name.as_str())) {

@@ -248,7 +248,7 @@ impl Elab<'_> {
                 }
                 if let (None, super::agent::TRAJECTORY, Some(obs)) = (item, name.name.as_str(), self.trajectory.clone())
                 {
-                    let def = self.trajectory_def(&obs);
+                    let def = super::agent::trajectory_def(&obs);
                     if args.len() != 2 {
                         let (what, found) = (format!("`{}`", super::agent::TRAJECTORY), args.len());
                         self.err(TypeError::Arity { what, expected: 2, found, span: t.span, decl: None });

@@ -15,7 +15,8 @@ use crate::elab::agent::AgentFuncs;
 use crate::ir::Func;
 use crate::ir::eval::eval_func;
 use crate::resolve::Program;
-use crate::types::Ty;
+use crate::types::{StructDef, Ty};
+use std::rc::Rc;
 
 pub struct SebulbaPrograms {
     /// `(key, policy.., carry.., obs) -> (key, action, behaviour.., carry..)`, for `envs`
@@ -27,8 +28,8 @@ pub struct SebulbaPrograms {
     pub learn: Func,
     /// The learner's leaves (as `init` returns them).
     pub learner: Vec<ArrayTy>,
-    /// The behaviour record's arrays for one environment (empty when `act` returns none).
-    pub behaviour: Vec<ArrayTy>,
+    /// The definition of the agent's `Trajectory<T, B>`, which the host's rollouts follow.
+    pub trajectory: Rc<StructDef>,
     /// The carry's arrays at the start of an episode, for one environment (empty without
     /// a carry).
     pub initial_carry: Vec<Array>,
@@ -50,7 +51,7 @@ pub fn sebulba_programs(prog: &Program, agent: &AgentFuncs, envs: usize) -> Sebu
         policy: act.policy,
         learn: learn_program(prog, agent),
         learner,
-        behaviour: agent.act.result_types()[1..1 + agent.behaviour_len()].to_vec(),
+        trajectory: agent.info.trajectory(),
         initial_carry: agent.initial_carry.as_ref().map_or(vec![], |f| eval_func(f, &[])),
         metrics: match &agent.info.metrics {
             Ty::Struct(def, args) => Ty::struct_fields(def, args).into_iter().map(|(n, _)| n).collect(),

@@ -3,7 +3,7 @@
 //! one batch, writing a rollout of `T` steps for the learner.
 
 use super::policy::{NoPolicy, PolicyStore, Want};
-use super::rollout::{self, Rollout, TrajectoryLayout};
+use super::rollout::{Rollout, TrajectoryLayout};
 use crate::array::Array;
 use crate::host::{self, EnvSpec, HostEnv, StepOut};
 use crate::runtime::{Buffer, Client, Executable};
@@ -148,7 +148,7 @@ impl Actor {
                 }
             }
             for h in &halves {
-                roll.write(&self.layout, rollout::LAST_OBS, 0, h.env0, &h.out.obs);
+                roll.write(&self.layout, self.layout.array("last_obs"), 0, h.env0, &h.out.obs);
             }
             let total: u64 = halves.iter().map(|h| h.env.restarts()).sum();
             self.restarts.store(total, Ordering::Relaxed);
@@ -179,8 +179,8 @@ impl Actor {
     ) -> Result<(), String> {
         let l = &self.layout;
         if t == 0 {
-            for (i, c) in h.carry.iter().enumerate() {
-                roll.write(l, l.carry + i, 0, h.env0, &c.to_bytes());
+            for (a, c) in l.arrays("carry").zip(&h.carry) {
+                roll.write(l, a, 0, h.env0, &c.to_bytes());
             }
         }
         let obs = h.out.obs_array(h.env.spec()).map_err(|e| e.to_string())?;
@@ -195,9 +195,9 @@ impl Actor {
         *key = outs.next().ok_or("the actor program returned no key")?;
         let mut outs = outs.map(|b| b.download().map_err(|e| e.to_string()));
         let action = outs.next().ok_or("the actor program returned no action")??;
-        roll.write(l, rollout::OBS, t, h.env0, &h.out.obs);
-        roll.write(l, rollout::ACTION, t, h.env0, &action.to_bytes());
-        for field in rollout::BEHAVIOUR..l.carry {
+        roll.write(l, l.array("obs"), t, h.env0, &h.out.obs);
+        roll.write(l, l.array("action"), t, h.env0, &action.to_bytes());
+        for field in l.arrays("behaviour") {
             let b = outs.next().ok_or("the actor program returned too few arrays")??;
             roll.write(l, field, t, h.env0, &b.to_bytes());
         }
@@ -210,10 +210,10 @@ impl Actor {
         h.env.recv(&mut h.out).map_err(|e| e.to_string())?;
         let (l, o) = (&self.layout, &h.out);
         let reward: Vec<u8> = o.reward.iter().flat_map(|r| r.to_le_bytes()).collect();
-        roll.write(l, rollout::REWARD, t, h.env0, &reward);
-        roll.write(l, rollout::TERMINATED, t, h.env0, &o.terminated.iter().map(|&b| b as u8).collect::<Vec<_>>());
-        roll.write(l, rollout::TRUNCATED, t, h.env0, &o.truncated.iter().map(|&b| b as u8).collect::<Vec<_>>());
-        roll.write(l, rollout::FINAL_OBS, t, h.env0, &o.final_obs);
+        roll.write(l, l.array("reward"), t, h.env0, &reward);
+        roll.write(l, l.array("terminated"), t, h.env0, &o.terminated.iter().map(|&b| b as u8).collect::<Vec<_>>());
+        roll.write(l, l.array("truncated"), t, h.env0, &o.truncated.iter().map(|&b| b as u8).collect::<Vec<_>>());
+        roll.write(l, l.array("final_obs"), t, h.env0, &o.final_obs);
         for i in 0..o.reward.len() {
             h.ret[i] += o.reward[i] as f64;
             h.len[i] += 1;

@@ -33,7 +33,7 @@ use crate::runtime::{Buffer, Client, Executable};
 use crate::train::run::{Driver, Report, Reported};
 use crate::train::state::DeviceState;
 use policy::PolicyStore;
-use rollout::{Entries, EpisodeStats, Rollout, TrajectoryLayout};
+use rollout::{EpisodeStats, Rollout, TrajectoryLayout};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, sync_channel};
 use std::sync::{Arc, Mutex};
@@ -336,11 +336,7 @@ impl Driver for Sebulba {
         let cfg = self.cfg.clone();
         let threads = cfg.actor_threads;
         let per_thread = cfg.envs / threads;
-        let carry: Vec<ArrayTy> = self.programs.initial_carry.iter().map(Array::ty).collect();
-        let action = self.spec.action.array_ty();
-        let entries =
-            Entries { obs: &self.spec.obs, action: &action, behaviour: &self.programs.behaviour, carry: &carry };
-        let layout = TrajectoryLayout::new(cfg.rollout, per_thread, entries);
+        let layout = TrajectoryLayout::new(&self.programs.trajectory, cfg.rollout, per_thread);
         let store = Arc::new(PolicyStore::new(start, self.policy()?));
         let stop = Arc::new(AtomicBool::new(false));
         let restarts: Vec<Arc<AtomicU64>> = (0..threads).map(|_| Arc::new(AtomicU64::new(0))).collect();

@@ -5,53 +5,67 @@
 //! observations come from the host envs and the actions go back to them. The learner
 //! uploads each device's share once per update.
 
-use crate::array::ArrayTy;
+use crate::array::DType;
+use crate::types::{Dim, StructDef, Ty};
+use std::ops::Range;
 
-/// The trajectory's fields, in `Trajectory`'s order: obs, action, reward, terminated,
-/// truncated, final_obs, last_obs, then the behaviour record's arrays and the carry's.
-pub const OBS: usize = 0;
-pub const ACTION: usize = 1;
-pub const REWARD: usize = 2;
-pub const TERMINATED: usize = 3;
-pub const TRUNCATED: usize = 4;
-pub const FINAL_OBS: usize = 5;
-pub const LAST_OBS: usize = 6;
-pub const BEHAVIOUR: usize = 7;
-
-/// The shape of one thread's rollout.
+/// One thread's rollout: the arrays of `Trajectory<T, B>` in its order (each field's
+/// arrays, as the learner program takes them), as its definition gives them.
 #[derive(Clone, Debug)]
 pub struct TrajectoryLayout {
     pub steps: usize,
     /// Environments of one actor thread.
     pub envs: usize,
-    /// Bytes of one environment's entry in each field.
+    /// Each array's field (`obs`, `behaviour`, `carry`, ..).
+    field: Vec<String>,
+    /// Bytes of one environment's entry in each array.
     pub elem: Vec<usize>,
-    /// The first of the carry's fields (one row each: the carry at the rollout's start).
-    pub carry: usize,
-}
-
-/// The per-environment arrays of a trajectory: what one environment's entry is made of.
-pub struct Entries<'a> {
-    pub obs: &'a ArrayTy,
-    pub action: &'a ArrayTy,
-    pub behaviour: &'a [ArrayTy],
-    pub carry: &'a [ArrayTy],
+    /// Whether each array has a row per step (`[T, B, ..]`), else one (`[B, ..]`:
+    /// `last_obs`, the carry at the rollout's start).
+    per_step: Vec<bool>,
 }
 
 impl TrajectoryLayout {
-    pub fn new(steps: usize, envs: usize, e: Entries) -> TrajectoryLayout {
-        let bytes = |t: &ArrayTy| t.numel() * t.dtype.size();
-        let o = bytes(e.obs);
-        let mut elem = vec![o, bytes(e.action), 4, 1, 1, o, o];
-        elem.extend(e.behaviour.iter().map(bytes));
-        let carry = elem.len();
-        elem.extend(e.carry.iter().map(bytes));
-        TrajectoryLayout { steps, envs, elem, carry }
+    pub fn new(def: &StructDef, steps: usize, envs: usize) -> TrajectoryLayout {
+        let (t, b) = (Dim::Param("T".into()), Dim::Param("B".into()));
+        let mut layout = TrajectoryLayout { steps, envs, field: vec![], elem: vec![], per_step: vec![] };
+        for (name, ty) in Ty::struct_fields(def, &[t.clone(), b.clone()]) {
+            for (dtype, dims) in arrays(&ty) {
+                let per_step = dims.first() == Some(&t);
+                let entry = &dims[1 + usize::from(per_step)..];
+                let n: u64 = entry.iter().map(|d| if let Dim::Known(n) = d { *n } else { 1 }).product();
+                assert!(dims.get(usize::from(per_step)) == Some(&b), "a trajectory array is batched over `B`");
+                layout.field.push(name.clone());
+                layout.elem.push(n as usize * dtype.size());
+                layout.per_step.push(per_step);
+            }
+        }
+        layout
     }
 
-    /// Rows of a field: `T`, or one for `last_obs` and the carry.
-    fn rows(&self, field: usize) -> usize {
-        if field == LAST_OBS || field >= self.carry { 1 } else { self.steps }
+    /// The array of a field that is one array (`obs`, `reward`, ..).
+    pub fn array(&self, field: &str) -> usize {
+        self.field.iter().position(|f| f == field).unwrap_or_else(|| panic!("`Trajectory` has a field `{field}`"))
+    }
+
+    /// The arrays of a field of records (`behaviour`, `carry`): none when it is absent.
+    pub fn arrays(&self, field: &str) -> Range<usize> {
+        let first = self.field.iter().position(|f| f == field).unwrap_or(self.field.len());
+        first..first + self.field[first..].iter().take_while(|f| *f == field).count()
+    }
+
+    fn rows(&self, array: usize) -> usize {
+        if self.per_step[array] { self.steps } else { 1 }
+    }
+}
+
+/// The arrays a type flattens to, with their dimensions (symbolic ones too).
+fn arrays(ty: &Ty) -> Vec<(DType, Vec<Dim>)> {
+    match ty {
+        Ty::Array(d, dims) => vec![(*d, dims.clone())],
+        Ty::Tuple(ts) => ts.iter().flat_map(arrays).collect(),
+        Ty::Struct(def, args) => Ty::struct_fields(def, args).iter().flat_map(|(_, t)| arrays(t)).collect(),
+        Ty::Error => vec![],
     }
 }
 
@@ -126,30 +140,46 @@ pub fn assemble(parts: &[Rollout], layout: &TrajectoryLayout, devices: usize) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::array::DType;
+    use crate::elab::agent::trajectory_def;
+
+    fn f32s(dims: &[u64]) -> Ty {
+        Ty::Array(DType::F32, dims.iter().map(|&d| Dim::Known(d)).collect())
+    }
+
+    #[test]
+    fn the_layout_follows_the_trajectory_definition() {
+        // Observations f32[4], actions f32[3], no behaviour record, a carry (f32[4], i32[2]).
+        let carry = Ty::Tuple(vec![f32s(&[4]), Ty::Array(DType::I32, vec![Dim::Known(2)])]);
+        let key = Ty::Tuple(vec![f32s(&[4]), f32s(&[3]), Ty::Tuple(vec![]), Ty::Tuple(vec![carry])]);
+        let l = TrajectoryLayout::new(&trajectory_def(&key), 2, 2);
+        assert_eq!(l.elem, [16, 12, 4, 1, 1, 16, 16, 16, 8]);
+        assert_eq!((0..9).map(|a| l.rows(a)).collect::<Vec<_>>(), [2, 2, 2, 2, 2, 2, 1, 1, 1]);
+        assert_eq!((l.array("reward"), l.array("last_obs")), (2, 6));
+        assert_eq!((l.arrays("behaviour"), l.arrays("carry")), (9..9, 7..9));
+    }
 
     #[test]
     fn assemble_joins_threads_and_splits_devices() {
         // Two threads of 2 envs, 2 steps, one-byte entries: env columns 0,1 | 2,3.
-        let layout = TrajectoryLayout { steps: 2, envs: 2, elem: vec![1; 8], carry: 7 };
+        let layout = TrajectoryLayout {
+            steps: 2,
+            envs: 2,
+            field: ["obs", "last_obs", "carry"].map(String::from).to_vec(),
+            elem: vec![1; 3],
+            per_step: vec![true, false, false],
+        };
         let mut parts = vec![Rollout::new(&layout), Rollout::new(&layout)];
         for (k, p) in parts.iter_mut().enumerate() {
             for t in 0..2 {
                 let row: Vec<u8> = (0..2).map(|i| (10 * t + 2 * k + i) as u8).collect();
-                p.write(&layout, OBS, t, 0, &row);
+                p.write(&layout, 0, t, 0, &row);
             }
         }
         let shares = assemble(&parts, &layout, 2);
         // Device 0 holds envs 0, 1 (thread 0), device 1 envs 2, 3 (thread 1), row by row.
-        assert_eq!(shares[0][OBS], vec![0, 1, 10, 11]);
-        assert_eq!(shares[1][OBS], vec![2, 3, 12, 13]);
-        assert_eq!(shares[0][LAST_OBS].len(), 2);
-        assert_eq!(shares[0][7].len(), 2, "one row of carry");
-        let (f4, f3, i2) =
-            (ArrayTy::new(DType::F32, vec![4]), ArrayTy::new(DType::F32, vec![3]), ArrayTy::new(DType::I32, vec![2]));
-        let l =
-            TrajectoryLayout::new(2, 2, Entries { obs: &f4, action: &f3, behaviour: &[], carry: &[f4.clone(), i2] });
-        assert_eq!(l.elem, [16, 12, 4, 1, 1, 16, 16, 16, 8]);
-        assert_eq!((l.rows(6), l.rows(7), l.rows(8), l.rows(5)), (1, 1, 1, 2));
+        assert_eq!(shares[0][0], vec![0, 1, 10, 11]);
+        assert_eq!(shares[1][0], vec![2, 3, 12, 13]);
+        assert_eq!(shares[0][1].len(), 2, "one row of last_obs");
+        assert_eq!(shares[0][2].len(), 2, "one row of carry");
     }
 }
