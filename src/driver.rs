@@ -36,31 +36,31 @@ pub fn check_file(path: &Path) -> Result<(Program, Vec<Diag>), String> {
 /// [`check_file`] with library directories and overrides. `Err` also when an override
 /// names no const of the root file.
 pub fn check_file_with(path: &Path, opts: &LoadOptions) -> Result<(Program, Vec<Diag>), String> {
-    let (mut prog, diags) = resolve::load_file(path, &opts.lib)?;
+    let (prog, diags) = resolve::load_file(path, &opts.lib)?;
     if !prog.syntax_errors {
         crate::overrides::check_names(&prog, &opts.overrides)?;
     }
-    prog.overrides = opts.overrides.clone();
-    Ok(check(prog, diags))
+    Ok(check(prog, &opts.overrides, diags))
 }
 
 /// Loads and checks a program from source text (user modules are looked up in `dir`).
 pub fn check_source(name: &str, src: &str, dir: Option<&Path>) -> (Program, Vec<Diag>) {
     let (prog, diags) = resolve::load_source(name, src, dir.map(Path::to_path_buf).into_iter().collect());
-    check(prog, diags)
+    check(prog, &[], diags)
 }
 
 /// Type-checks a loaded program, unless it has syntax errors (then only those are reported).
-fn check(prog: Program, mut diags: Vec<Diag>) -> (Program, Vec<Diag>) {
+fn check(prog: Program, overrides: &[Override], mut diags: Vec<Diag>) -> (Program, Vec<Diag>) {
     if !prog.syntax_errors {
-        diags.extend(crate::elab::check(&prog));
+        diags.extend(crate::elab::check(&prog, overrides));
     }
     (prog, diags)
 }
 
-/// Builds the IR of `entry` in a program that checked cleanly, and verifies it.
-pub fn build(prog: &Program, entry: &str) -> Result<Entry, Box<Diag>> {
-    let (func, params, ret) = crate::elab::build(prog, entry)?;
+/// Builds the IR of `entry` in a program that checked cleanly (with the same overrides),
+/// and verifies it.
+pub fn build(prog: &Program, overrides: &[Override], entry: &str) -> Result<Entry, Box<Diag>> {
+    let (func, params, ret) = crate::elab::build(prog, overrides, entry)?;
     if let Err(e) = crate::ir::verify::verify(&func) {
         panic!("internal compiler error: the IR of `{entry}` does not verify: {e}");
     }

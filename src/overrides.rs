@@ -93,7 +93,7 @@ pub fn check_names(prog: &Program, overrides: &[Override]) -> Result<(), String>
         };
         let mut near: Vec<(usize, &str)> = consts
             .iter()
-            .map(|c| (crate::elab::edit_distance(&c.to_lowercase(), &o.name.to_lowercase()), *c))
+            .map(|c| (crate::diag::edit_distance(&c.to_lowercase(), &o.name.to_lowercase()), *c))
             .collect();
         near.sort();
         let close: Vec<String> =

@@ -7,7 +7,6 @@
 //! that a user's envs can live outside the agent's folder.
 
 use crate::diag::{Diag, SourceMap};
-use crate::overrides::Override;
 use crate::syntax::{self, ast};
 use crate::types::error::TypeError;
 use std::collections::{HashMap, HashSet};
@@ -46,19 +45,11 @@ pub struct Program {
     /// Whether any module failed to parse. Recovery drops what it skipped, so checking
     /// such a module would report errors that are only echoes of the syntax error.
     pub syntax_errors: bool,
-    /// This run's values for consts of the root module (`--set`), by name.
-    pub overrides: Vec<Override>,
 }
 
 impl Program {
     pub fn item(&self, r: ItemRef) -> &ast::Item {
         &self.modules[r.module].ast.items[r.index]
-    }
-
-    /// The override of a const, if `r` is one of the root module's consts and is overridden.
-    pub fn override_of(&self, r: ItemRef) -> Option<&Override> {
-        let ast::Item::Const(c) = self.item(r) else { return None };
-        (r.module == 0).then(|| self.overrides.iter().find(|o| o.name == c.name.name)).flatten()
     }
 
     /// The root module's function called `name`.
@@ -101,7 +92,7 @@ pub fn load_source(name: &str, src: &str, search: Vec<PathBuf>) -> (Program, Vec
     };
     l.add_module(name.to_string(), name.to_string(), src.to_string());
     l.resolve_imports();
-    (Program { map: l.map, modules: l.modules, syntax_errors: l.syntax_errors, overrides: vec![] }, l.diags)
+    (Program { map: l.map, modules: l.modules, syntax_errors: l.syntax_errors }, l.diags)
 }
 
 struct Loader {

@@ -20,7 +20,7 @@ fn programs(file: &str, agent: &str) -> AnakinPrograms {
     let (prog, diags) = podracer::driver::check_file(&path).expect("readable");
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
     let run = RunShape { envs: 4, rollout: 6, updates_per_call: 3, devices: 1, seeds: 1 };
-    let (agent, env) = agent_and_env(&prog, agent, run).unwrap_or_else(|d| panic!("{d:?}"));
+    let (agent, env) = agent_and_env(&prog, &[], agent, run).unwrap_or_else(|d| panic!("{d:?}"));
     anakin_programs(&prog, &agent, &env, DeviceShape { envs: 4, steps: 6, updates: 3 })
 }
 

@@ -42,7 +42,7 @@ fn count() -> (f32, i32) { (psum(1.0), psum(1)) }
 fn entry(name: &str) -> Entry {
     let (prog, diags) = driver::check_source("collective.pod", SRC, None);
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    driver::build(&prog, name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
+    driver::build(&prog, &[], name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
 }
 
 fn array(v: &Value) -> Array {
@@ -178,7 +178,7 @@ fn vmap_of_pmean_reduces_each_example() {
                fn main(xs: f32[2, 3]) -> f32[2, 3] { vmap(f, xs) }";
     let (prog, diags) = driver::check_source("vmap.pod", src, None);
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    let e = driver::build(&prog, "main").expect("builds");
+    let e = driver::build(&prog, &[], "main").expect("builds");
     let xs = |v: [f32; 6]| vec![Array::f32(vec![2, 3], v.to_vec())];
     let got = run_replicated(&e, &[xs([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]), xs([3.0, 4.0, 5.0, 6.0, 7.0, 8.0])]);
     let want = Array::f32(vec![2, 3], vec![4.0, 6.0, 8.0, 10.0, 12.0, 14.0]);

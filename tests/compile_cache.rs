@@ -23,7 +23,7 @@ fn stablehlo(file: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
     let (prog, diags) = podracer::driver::check_file(&path).expect("readable");
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    let e = podracer::driver::build(&prog, "main").unwrap_or_else(|d| panic!("{}", d.message));
+    let e = podracer::driver::build(&prog, &[], "main").unwrap_or_else(|d| panic!("{}", d.message));
     podracer::lower::stablehlo::lower_module(&e.func, 1)
 }
 

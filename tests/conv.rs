@@ -103,7 +103,7 @@ fn program(doc: &Value) -> (String, Vec<Array>, Vec<Check>) {
 fn build(src: &str) -> Entry {
     let (prog, diags) = driver::check_source("conv.pod", src, None);
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    driver::build(&prog, "main").unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
+    driver::build(&prog, &[], "main").unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
 }
 
 /// Within `tol` of the reference, relative to its largest magnitude.
@@ -170,7 +170,7 @@ fn batched_conv_matches_a_loop() {
     let (prog, diags) = driver::check_source("batched.pod", BATCHED, None);
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
     let entry = |name| {
-        driver::build(&prog, name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
+        driver::build(&prog, &[], name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
     };
     let mut rng = common::rng::Rng(0xC0DE);
     let args = vec![

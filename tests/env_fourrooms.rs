@@ -79,7 +79,7 @@ fn obs(v: &Value) -> Array {
 #[test]
 fn constants_match_gymnax() {
     let src = source() + "\nfn main() -> (i32[13, 13], i32[104, 2], i32[4, 2]) { (WALLS, COORDS, DIRECTIONS) }\n";
-    let e = podracer::driver::build(&check(&src), "main").expect("builds");
+    let e = podracer::driver::build(&check(&src), &[], "main").expect("builds");
     let outs = podracer::driver::eval(&e, &[]);
     let c = &fx()["constants"];
     same("constants", "walls", &outs[0], &i32s(&c["walls"], &[13, 13]));
@@ -116,7 +116,7 @@ fn resampling_resets_match_reset_env() {
         src = src.replace(&off, &on);
     }
     let prog = check(&src);
-    let f = build_env(&prog, "FourRooms").unwrap_or_else(|d| panic!("{}", render_plain(&prog.map, &[*d])));
+    let f = build_env(&prog, &[], "FourRooms").unwrap_or_else(|d| panic!("{}", render_plain(&prog.map, &[*d])));
     let resets = list(&fx()["resets_resample"]);
     assert!(resets.iter().any(|r| r["pos_index"] != r["pos_index_drawn"]), "a drawn position lands on the goal");
     for r in resets {

@@ -18,7 +18,7 @@ fn env(file: &str, name: &str) -> EnvFuncs {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
     let (prog, diags) = podracer::driver::check_file(&path).expect("readable");
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    build_env(&prog, name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
+    build_env(&prog, &[], name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
 }
 
 fn floats(a: &Array) -> Vec<f32> {

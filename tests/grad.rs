@@ -694,14 +694,14 @@ fn constant_and_identity_functions() {
 fn build_entry(src: &str, name: &str) -> podracer::driver::Entry {
     let (prog, diags) = driver::check_source("test.pod", src, None);
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    driver::build(&prog, name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
+    driver::build(&prog, &[], name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
 }
 
 /// The diagnostic that building entry `main` of a program gives.
 fn build_error(src: &str) -> String {
     let (prog, diags) = driver::check_source("test.pod", src, None);
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    match driver::build(&prog, "main") {
+    match driver::build(&prog, &[], "main") {
         Ok(_) => panic!("builds without an error"),
         Err(d) => podracer::diag::render_plain(&prog.map, &[*d]),
     }
@@ -906,7 +906,8 @@ fn against_jax(source: &str, file: &str, case: &str) {
     let (prog, diags) = driver::check_file(&root.join(source)).expect("readable");
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
     let name = c["entry"].as_str().expect("entry");
-    let e = driver::build(&prog, name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])));
+    let e = driver::build(&prog, &[], name)
+        .unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])));
     let args = podracer::io::args_from_json(&e.params, &c["args"]).expect("arguments");
     let host = driver::eval(&e, &args);
     let dev = podracer::cli::run_on_device(common::client(), &e, &args).expect("runs on the device");

@@ -203,7 +203,7 @@ fn keys(seed: u64, t: i32, b: usize) -> Array {
     let src = format!("fn main(base: Key, t: i32) -> u32[{b}, 2] {{ split(fold_in(base, t), {b}) }}");
     let (prog, diags) = podracer::driver::check_source("keys", &src, None);
     assert!(diags.is_empty());
-    let e = podracer::driver::build(&prog, "main").unwrap();
+    let e = podracer::driver::build(&prog, &[], "main").unwrap();
     podracer::driver::eval(&e, &[podracer::io::seed_key(seed as i64), Array::i32(vec![], vec![t])]).remove(0)
 }
 
@@ -227,7 +227,7 @@ fn pod_equals_device_step(file: &str, steps: usize) {
     let (prog, diags) = podracer::driver::check_file(Path::new(file)).unwrap();
     assert!(diags.is_empty());
     let name = podracer::elab::env::env_names(&prog).remove(0);
-    let funcs = podracer::elab::env::build_env(&prog, &name).unwrap();
+    let funcs = podracer::elab::env::build_env(&prog, &[], &name).unwrap();
     let compile = |f| client().compile(&podracer::lower::stablehlo::lower_module(f, 1), 1).unwrap();
     let (reset, step) = (compile(&funcs.reset), compile(&funcs.step));
     let run = |exe: &podracer::runtime::Executable, args: &[Array]| -> Vec<Array> {

@@ -81,7 +81,7 @@ fn program(cases: &[Case], runtime: bool) -> String {
 fn build(src: &str) -> Entry {
     let (prog, diags) = driver::check_source("random_cases.pod", src, None);
     assert!(diags.is_empty(), "{}\n{src}", podracer::diag::render_plain(&prog.map, &diags));
-    driver::build(&prog, "main").unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
+    driver::build(&prog, &[], "main").unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
 }
 
 /// Distance in units in the last place, counting across zero.

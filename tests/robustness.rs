@@ -134,12 +134,12 @@ fn mutated_programs_never_panic() {
                 // A mutant that still checks must also build (the builder panics on any
                 // internal inconsistency) and verify.
                 if prog.root_fn("main").is_some() {
-                    let _ = driver::build(&prog, "main");
+                    let _ = driver::build(&prog, &[], "main");
                 }
                 // And an agent must build its Anakin programs, or say why not.
                 for agent in podracer::elab::agent::agent_names(&prog) {
                     let shape = RunShape { envs: 4, rollout: 4, updates_per_call: 1, devices: 1, seeds: 1 };
-                    if let Ok((a, e)) = agent_and_env(&prog, &agent, shape) {
+                    if let Ok((a, e)) = agent_and_env(&prog, &[], &agent, shape) {
                         anakin_programs(&prog, &a, &e, DeviceShape { envs: 4, steps: 4, updates: 1 });
                     }
                 }

@@ -245,7 +245,8 @@ agent Still for CartPole {
     let (prog, diags) = podracer::driver::check_source("still.pod", SRC, None);
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
     let (envs, rollout) = (2, 4);
-    let agent = podracer::elab::agent::build_agent(&prog, "Still", envs, rollout).unwrap_or_else(|d| panic!("{d:?}"));
+    let agent =
+        podracer::elab::agent::build_agent(&prog, &[], "Still", envs, rollout).unwrap_or_else(|d| panic!("{d:?}"));
     let client = podracer::runtime::Runtime::open(None, None).unwrap();
     let mut host = podracer::host::Options::new(1);
     host.python = Some(cache_python());
@@ -285,7 +286,8 @@ agent Still for CartPole {
 fn the_actor_reads_only_the_policy() {
     let (prog, diags) = podracer::driver::check_file(&root().join("examples/cartpole_ppo.pod")).unwrap();
     assert!(diags.is_empty());
-    let agent = podracer::elab::agent::build_agent(&prog, "PPO", 32, 128).unwrap_or_else(|d| panic!("{}", d.message));
+    let agent =
+        podracer::elab::agent::build_agent(&prog, &[], "PPO", 32, 128).unwrap_or_else(|d| panic!("{}", d.message));
     let p = podracer::programs::sebulba::sebulba_programs(&prog, &agent, 16);
     let names = podracer::programs::leaf_names(&agent.info.learner, "learner");
     let read: Vec<&str> = p.policy.iter().map(|&i| names[i].as_str()).collect();

@@ -64,7 +64,7 @@ fn build(module: &str, entry: &str) -> Entry {
     let (prog, diags) =
         driver::check_file(&root().join("tests/stdlib").join(format!("{module}.pod"))).expect("readable");
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    driver::build(&prog, entry).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
+    driver::build(&prog, &[], entry).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
 }
 
 /// Runs the fixture cases `names` of `module` through the interpreter and PJRT, compares

@@ -41,7 +41,7 @@ fn programs_match_jax_uint8() {
     assert_eq!(cases.len(), 10);
     for c in cases {
         let name = c["name"].as_str().expect("name");
-        let e = driver::build(&prog, &format!("t_{name}"))
+        let e = driver::build(&prog, &[], &format!("t_{name}"))
             .unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])));
         let args: Vec<Array> = c["inputs"].as_array().expect("inputs").iter().map(array).collect();
         let want: Vec<Array> = c["outputs"].as_array().expect("outputs").iter().map(array).collect();

@@ -15,7 +15,7 @@ fn ui() {
         let dir = path.parent().and_then(|d| d.strip_prefix(root).ok());
         let (prog, mut diags) = driver::check_source(&rel.display().to_string(), &src, dir);
         if diags.is_empty() {
-            match driver::build(&prog, "main") {
+            match driver::build(&prog, &[], "main") {
                 Ok(_) => panic!("{} compiles without errors", rel.display()),
                 Err(d) => diags.push(*d),
             }

@@ -22,8 +22,9 @@ pub(super) struct BenchRunArgs<'a> {
 /// for on the device; reports the median.
 pub(super) fn run(a: BenchRunArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let runs = a.runs;
-    let prog = load(a.file, &a.source.options()?)?;
-    let e = entry(&prog, a.entry)?;
+    let opts = a.source.options()?;
+    let prog = load(a.file, &opts)?;
+    let e = entry(&prog, &opts.overrides, a.entry)?;
     let args = match a.args {
         Some(_) => read_args(&e, a.args)?,
         None => e.func.param_types().iter().enumerate().map(|(k, t)| filler(t, k as u64)).collect(),

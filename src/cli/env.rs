@@ -5,6 +5,7 @@ use crate::array::{Array, Data};
 use crate::diag::emit_stderr;
 use crate::elab::env::{EnvFuncs, build_env, env_names};
 use crate::lower::stablehlo::lower_module;
+use crate::overrides::Override;
 use crate::programs::env::{bench_program, fold_in_program, render_step_program};
 use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable};
@@ -14,7 +15,7 @@ use std::path::Path;
 use std::time::Instant;
 
 /// Compiles the env named `name` (or the root module's only env).
-fn env_funcs(prog: &Program, file: &Path, name: Option<&str>) -> Result<EnvFuncs, Failure> {
+fn env_funcs(prog: &Program, overrides: &[Override], file: &Path, name: Option<&str>) -> Result<EnvFuncs, Failure> {
     let names = env_names(prog);
     let name = match (name, &names[..]) {
         (Some(n), _) => n.to_string(),
@@ -28,7 +29,7 @@ fn env_funcs(prog: &Program, file: &Path, name: Option<&str>) -> Result<EnvFuncs
             )));
         }
     };
-    build_env(prog, &name).map_err(|d| {
+    build_env(prog, overrides, &name).map_err(|d| {
         emit_stderr(&prog.map, &[*d]);
         Failure::Reported
     })
@@ -62,7 +63,7 @@ pub struct SimArgs<'a> {
 /// neither `--actions` nor `--steps` it then stops when the first episode ends.
 pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let prog = load(a.file, a.source)?;
-    let env = env_funcs(&prog, a.file, a.env)?;
+    let env = env_funcs(&prog, &a.source.overrides, a.file, a.env)?;
     if a.gif.is_some() {
         super::eval::needs_render(&env)?;
     }
@@ -260,7 +261,7 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         return Err(Failure::Message(msg));
     }
     let prog = load(a.file, a.source)?;
-    let env = env_funcs(&prog, a.file, a.env)?;
+    let env = env_funcs(&prog, &a.source.overrides, a.file, a.env)?;
     let client = super::open_runtime(plugin, Some(a.devices.max(1)))?;
     let start = Instant::now();
     let program = bench_program(&prog, &env, a.envs / a.devices, a.steps);

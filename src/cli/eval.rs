@@ -127,7 +127,7 @@ fn choose_env(
                 policy.info.name
             )));
         }
-        return build_env(prog, name).map(|e| Env::Pod(Box::new(e))).map_err(|d| {
+        return build_env(prog, &opts.overrides, name).map(|e| Env::Pod(Box::new(e))).map_err(|d| {
             emit_stderr(&prog.map, &[*d]);
             Failure::Reported
         });
@@ -207,7 +207,7 @@ fn open(file: &Path, source: &SourceArgs, a: &TrainedArgs, dir: &Path) -> Result
         emit_stderr(&prog.map, &[*d]);
         Failure::Reported
     };
-    let policy = build_policy(&prog, &agent).map_err(reported)?;
+    let policy = build_policy(&prog, &opts.overrides, &agent).map_err(reported)?;
     let env = choose_env(file, &opts, a, config, &prog, &policy)?;
     let which = which(a, &policy)?;
     let mut learners =

@@ -3,6 +3,7 @@
 use crate::array::Array;
 use crate::diag::{SourceMap, emit_stderr};
 use crate::driver::{self, Entry, LoadOptions};
+use crate::overrides::Override;
 use crate::resolve::Program;
 use crate::runtime::{Client, CompileCache, Runtime};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -514,8 +515,8 @@ fn load(file: &Path, opts: &LoadOptions) -> Result<Program, Failure> {
     }
 }
 
-fn entry(prog: &Program, name: &str) -> Result<Entry, Failure> {
-    driver::build(prog, name).map_err(|d| {
+fn entry(prog: &Program, overrides: &[Override], name: &str) -> Result<Entry, Failure> {
+    driver::build(prog, overrides, name).map_err(|d| {
         emit_stderr(&prog.map, &[*d]);
         Failure::Reported
     })
@@ -539,10 +540,10 @@ fn build(file: &Path, opts: &LoadOptions, emit: Emit, name: &str, output: Option
             // An agent's entry is its Anakin training program, at `podc train`'s defaults.
             let funcs = match crate::elab::agent::agent_names(&prog).iter().any(|a| a == name) {
                 true => {
-                    let p = train::anakin_programs_at_defaults(&prog, name)?;
+                    let p = train::anakin_programs_at_defaults(&prog, &opts.overrides, name)?;
                     vec![(p.init, 0), (p.train, p.state.len())]
                 }
-                false => vec![(entry(&prog, name)?.func, 0)],
+                false => vec![(entry(&prog, &opts.overrides, name)?.func, 0)],
             };
             let text = funcs.iter().map(|(f, donated)| match emit {
                 Emit::Ir => crate::ir::print::print_func(f),
@@ -560,8 +561,9 @@ fn build(file: &Path, opts: &LoadOptions, emit: Emit, name: &str, output: Option
 
 /// `run` (with `Some(plugin)`) and `eval` (with `None`).
 fn run(a: &RunArgs, device: Option<Option<&Path>>) -> Result<(), Failure> {
-    let prog = load(&a.file, &a.source.options()?)?;
-    let e = entry(&prog, &a.entry)?;
+    let opts = a.source.options()?;
+    let prog = load(&a.file, &opts)?;
+    let e = entry(&prog, &opts.overrides, &a.entry)?;
     let args = read_args(&e, a.args.as_deref())?;
     let outs = match device {
         Some(plugin) => {

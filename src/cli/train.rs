@@ -3,7 +3,7 @@
 use super::{Failure, load};
 use crate::diag::emit_stderr;
 use crate::driver::LoadOptions;
-use crate::overrides;
+use crate::overrides::{self, Override};
 use crate::programs::anakin::{AnakinPrograms, DeviceShape, anakin_programs};
 use crate::resolve::Program;
 use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent};
@@ -31,8 +31,8 @@ pub struct Sizes {
 }
 
 impl Sizes {
-    pub(super) fn shape(&self, prog: &Program, agent: &str) -> RunShape {
-        let rollout = self.rollout.or_else(|| crate::elab::agent::fixed_rollout(prog, agent)).unwrap_or(16);
+    pub(super) fn shape(&self, prog: &Program, overrides: &[Override], agent: &str) -> RunShape {
+        let rollout = self.rollout.or_else(|| crate::elab::agent::fixed_rollout(prog, overrides, agent)).unwrap_or(16);
         let (envs, updates_per_call, devices, seeds) = (self.envs, self.updates_per_call, self.devices, self.seeds);
         RunShape { envs, rollout, updates_per_call, devices, seeds }
     }
@@ -56,11 +56,15 @@ pub struct TrainArgs {
 }
 
 /// An agent's Anakin programs at `podc train`'s default sizes, for `podc build`.
-pub fn anakin_programs_at_defaults(prog: &Program, agent: &str) -> Result<AnakinPrograms, Failure> {
+pub fn anakin_programs_at_defaults(
+    prog: &Program,
+    overrides: &[Override],
+    agent: &str,
+) -> Result<AnakinPrograms, Failure> {
     let sizes =
         Sizes { envs: DEFAULT_ENVS, rollout: None, updates_per_call: DEFAULT_UPDATES_PER_CALL, devices: 1, seeds: 1 };
-    let shape = sizes.shape(prog, agent);
-    let (agent, env) = agent_and_env(prog, agent, shape).map_err(|d| {
+    let shape = sizes.shape(prog, overrides, agent);
+    let (agent, env) = agent_and_env(prog, overrides, agent, shape).map_err(|d| {
         emit_stderr(&prog.map, &[*d]);
         Failure::Reported
     })?;
@@ -119,7 +123,7 @@ pub(super) fn prepare(
 ) -> Result<(Program, String, RunShape), Failure> {
     let prog = load(file, opts)?;
     let agent = pick_agent(&prog, agent).map_err(|m| format!("`{}`: {m}", file.display()))?;
-    let shape = sizes.shape(&prog, &agent);
+    let shape = sizes.shape(&prog, &opts.overrides, &agent);
     shape.check()?;
     Ok((prog, agent, shape))
 }
@@ -127,11 +131,12 @@ pub(super) fn prepare(
 fn trainer<'c>(
     client: &'c crate::runtime::Client,
     prog: &Program,
+    overrides: &[Override],
     agent: &str,
     shape: RunShape,
 ) -> Result<Trainer<'c>, Failure> {
     let start = Instant::now();
-    let (agent, env) = agent_and_env(prog, agent, shape).map_err(|d| {
+    let (agent, env) = agent_and_env(prog, overrides, agent, shape).map_err(|d| {
         emit_stderr(&prog.map, &[*d]);
         Failure::Reported
     })?;
@@ -209,7 +214,7 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let cfg = config(&a, &agent, shape);
     let resumed = resume(&a, &cfg)?;
     let client = super::open_runtime(plugin, Some(shape.devices))?;
-    let mut t = trainer(&client, &prog, &agent, shape)?;
+    let mut t = trainer(&client, &prog, &a.load.overrides, &agent, shape)?;
     if !a.quiet {
         let seeds = match shape.seeds {
             1 => String::new(),
@@ -253,7 +258,7 @@ pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     }
     let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
     let client = super::open_runtime(plugin, Some(shape.devices))?;
-    let mut t = trainer(&client, &prog, &agent, shape)?;
+    let mut t = trainer(&client, &prog, &a.load.overrides, &agent, shape)?;
     let runs: Vec<f64> = run::bench(&mut t, a.runs)?.into_iter().map(|r| r.steps_per_sec).collect();
     let median = crate::stats::median(&runs);
     if a.json {

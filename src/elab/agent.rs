@@ -39,6 +39,7 @@ use crate::array::DType;
 use crate::diag::Diag;
 use crate::ir::Func;
 use crate::ir::build::Builder;
+use crate::overrides::Override;
 use crate::resolve::{ItemRef, Program};
 use crate::syntax::ast;
 use crate::types::error::TypeError;
@@ -426,12 +427,18 @@ fn not_metrics(t: &Ty) -> Option<String> {
 
 /// Checks the agent named `name` in the root module and builds its functions for `envs`
 /// environments per device and rollouts of `steps` steps.
-pub fn build_agent(prog: &Program, name: &str, envs: usize, steps: usize) -> Result<AgentFuncs, Box<Diag>> {
+pub fn build_agent(
+    prog: &Program,
+    overrides: &[Override],
+    name: &str,
+    envs: usize,
+    steps: usize,
+) -> Result<AgentFuncs, Box<Diag>> {
     let Some((r, a)) = root_agent(prog, name) else {
         return Err(Box::new(no_agent(prog, name)));
     };
     let fun = |n: &str| a.fns.iter().find(|f| f.name.name == n).expect("checked: the agent has its functions");
-    let mut cx = Elab::new(prog, None);
+    let mut cx = Elab::new(prog, overrides, None);
     cx.module = r.module;
     let info =
         cx.check_agent(a).ok_or_else(|| Box::new(cx.diags.first().cloned().unwrap_or_else(|| no_agent(prog, name))))?;
@@ -447,11 +454,11 @@ pub fn build_agent(prog: &Program, name: &str, envs: usize, steps: usize) -> Res
         let detail = format!("`update` takes `{}`, not rollouts of {steps} steps of {envs} envs per device", p[1]);
         return Err(Box::new(TypeError::RolloutMismatch { detail, span: update.params[1].1.span }.into_diag()));
     }
-    let init = derive(prog, r, &key, fun("init"), Subst::new())?;
-    let act = derive(prog, r, &key, fun("act"), Subst::new())?;
-    let update = derive(prog, r, &key, fun("update"), sizes)?;
+    let init = derive(prog, overrides, r, &key, fun("init"), Subst::new())?;
+    let act = derive(prog, overrides, r, &key, fun("act"), Subst::new())?;
+    let update = derive(prog, overrides, r, &key, fun("update"), sizes)?;
     let initial_carry = match info.carry {
-        Some(_) => Some(derive(prog, r, &key, fun("initial_carry"), Subst::new())?),
+        Some(_) => Some(derive(prog, overrides, r, &key, fun("initial_carry"), Subst::new())?),
         None => None,
     };
     Ok(AgentFuncs { info, init, act, initial_carry, update })
@@ -470,17 +477,17 @@ pub struct PolicyFuncs {
 
 /// Checks the agent named `name` in the root module and builds its policy's functions.
 /// `update` is checked but not built, so no rollout size is needed.
-pub fn build_policy(prog: &Program, name: &str) -> Result<PolicyFuncs, Box<Diag>> {
+pub fn build_policy(prog: &Program, overrides: &[Override], name: &str) -> Result<PolicyFuncs, Box<Diag>> {
     let Some((r, a)) = root_agent(prog, name) else {
         return Err(Box::new(no_agent(prog, name)));
     };
-    let mut cx = Elab::new(prog, None);
+    let mut cx = Elab::new(prog, overrides, None);
     cx.module = r.module;
     let info =
         cx.check_agent(a).ok_or_else(|| Box::new(cx.diags.first().cloned().unwrap_or_else(|| no_agent(prog, name))))?;
     let key = info.traj_key();
     let built = |n: &str| match a.fns.iter().find(|f| f.name.name == n) {
-        Some(f) => derive(prog, r, &key, f, Subst::new()).map(Some),
+        Some(f) => derive(prog, overrides, r, &key, f, Subst::new()).map(Some),
         None => Ok(None),
     };
     let act = built("act")?.expect("checked: the agent has `act`");
@@ -501,9 +508,9 @@ impl PolicyFuncs {
 }
 
 /// The rollout length that the agent's `update` fixes (`Trajectory<128, B>`), if it does.
-pub fn fixed_rollout(prog: &Program, name: &str) -> Option<usize> {
+pub fn fixed_rollout(prog: &Program, overrides: &[Override], name: &str) -> Option<usize> {
     let (r, a) = root_agent(prog, name)?;
-    let mut cx = Elab::new(prog, None);
+    let mut cx = Elab::new(prog, overrides, None);
     cx.module = r.module;
     let info = cx.check_agent(a)?;
     cx.trajectory = Some(info.traj_key());
@@ -527,8 +534,15 @@ fn root_agent<'p>(prog: &'p Program, name: &str) -> Option<(ItemRef, &'p ast::Ag
 }
 
 /// Builds one of an agent's (checked) functions with its sizes known.
-fn derive(prog: &Program, r: ItemRef, key: &Ty, f: &ast::Fn, sizes: Subst) -> Result<Func, Box<Diag>> {
-    let mut cx = Elab::new(prog, Some(Builder::new()));
+fn derive(
+    prog: &Program,
+    overrides: &[Override],
+    r: ItemRef,
+    key: &Ty,
+    f: &ast::Fn,
+    sizes: Subst,
+) -> Result<Func, Box<Diag>> {
+    let mut cx = Elab::new(prog, overrides, Some(Builder::new()));
     cx.module = r.module;
     cx.trajectory = Some(key.clone());
     cx.scopes.push(HashMap::new());

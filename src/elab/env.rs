@@ -26,6 +26,7 @@ use crate::array::{Array, DType};
 use crate::diag::Diag;
 use crate::ir::Func;
 use crate::ir::build::Builder;
+use crate::overrides::Override;
 use crate::prims::{Binary, BinaryOp, CmpOp, Compare, Prim};
 use crate::resolve::{ItemRef, Program};
 use crate::space::ActionSpace;
@@ -375,7 +376,7 @@ impl Elab<'_> {
 }
 
 /// Checks the env named `name` in the root module and derives its functions.
-pub fn build_env(prog: &Program, name: &str) -> Result<EnvFuncs, Box<Diag>> {
+pub fn build_env(prog: &Program, overrides: &[Override], name: &str) -> Result<EnvFuncs, Box<Diag>> {
     let found = prog.modules.first().and_then(|m| m.scope.get(name)).copied();
     let Some((r, e)) = found.and_then(|r| match prog.item(r) {
         ast::Item::Env(e) => Some((r, e)),
@@ -384,18 +385,18 @@ pub fn build_env(prog: &Program, name: &str) -> Result<EnvFuncs, Box<Diag>> {
         return Err(Box::new(no_env(prog, name)));
     };
     let info = {
-        let mut cx = Elab::new(prog, None);
+        let mut cx = Elab::new(prog, overrides, None);
         cx.module = r.module;
         cx.check_env(e).ok_or_else(|| Box::new(cx.diags.first().cloned().unwrap_or_else(|| no_env(prog, name))))?
     };
     if e.external {
         return Err(Box::new(TypeError::ExternEnv { name: e.name.name.clone(), span: e.name.span }.into_diag()));
     }
-    let reset = derive(prog, r, e, &info, Derived::Reset)?;
-    let step = derive(prog, r, e, &info, Derived::Step)?;
-    let raw_step = derive(prog, r, e, &info, Derived::RawStep)?;
+    let reset = derive(prog, overrides, r, e, &info, Derived::Reset)?;
+    let step = derive(prog, overrides, r, e, &info, Derived::Step)?;
+    let raw_step = derive(prog, overrides, r, e, &info, Derived::RawStep)?;
     let render = match info.frame {
-        Some(_) => Some(derive(prog, r, e, &info, Derived::Render)?),
+        Some(_) => Some(derive(prog, overrides, r, e, &info, Derived::Render)?),
         None => None,
     };
     Ok(EnvFuncs { info, reset, step, raw_step, render })
@@ -417,8 +418,15 @@ enum Derived {
     Render,
 }
 
-fn derive(prog: &Program, r: ItemRef, e: &ast::Env, info: &EnvInfo, which: Derived) -> Result<Func, Box<Diag>> {
-    let mut cx = Elab::new(prog, Some(Builder::new()));
+fn derive(
+    prog: &Program,
+    overrides: &[Override],
+    r: ItemRef,
+    e: &ast::Env,
+    info: &EnvInfo,
+    which: Derived,
+) -> Result<Func, Box<Diag>> {
+    let mut cx = Elab::new(prog, overrides, Some(Builder::new()));
     cx.module = r.module;
     cx.scopes.push(HashMap::new());
     let i32_ty = Ty::scalar(DType::I32);

@@ -202,7 +202,7 @@ impl Elab<'_> {
             .chain(sizes)
             .chain(builtins)
             .filter(|c| *c != name)
-            .map(|c| (edit_distance(c, name), c))
+            .map(|c| (crate::diag::edit_distance(c, name), c))
             .filter(|(d, c)| *d <= 2.min(c.len() / 2).max(1))
             .min()
             .map(|(_, c)| c.to_string())
@@ -443,20 +443,4 @@ pub(super) fn tail_span(e: &ast::Expr) -> Span {
         ExprKind::Block(b) => tail_span(&b.value),
         _ => e.span,
     }
-}
-
-/// Levenshtein distance, for "did you mean" suggestions.
-pub(crate) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let cur = row[j + 1];
-            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
-            prev = cur;
-        }
-    }
-    row[b.len()]
 }

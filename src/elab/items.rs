@@ -3,7 +3,7 @@
 use super::*;
 use crate::overrides::Override;
 
-impl Elab<'_> {
+impl<'p> Elab<'p> {
     // ---------------------------------------------------------------- items
 
     pub(super) fn check_fn(&mut self, f: &ast::Fn) {
@@ -178,7 +178,7 @@ impl Elab<'_> {
         let ty = self.resolve_ty(&c.ty);
         // The written value is checked even when `--set` replaces it.
         let written = self.expr_expect(&c.value, &ty);
-        let v = match self.prog.override_of(r) {
+        let v = match self.override_of(r, c) {
             Some(o) => self.override_val(o, ty, c),
             None => written,
         };
@@ -190,6 +190,11 @@ impl Elab<'_> {
         (self.module, self.scopes, self.sizes) = saved;
         self.consts.insert(r, Val { vars: vec![], ..v.clone() });
         self.rematerialize(v)
+    }
+
+    /// The override of a const, if it is one of the root module's and is overridden.
+    fn override_of(&self, r: ItemRef, c: &ast::Const) -> Option<&'p Override> {
+        (r.module == 0).then(|| self.overrides.iter().find(|o| o.name == c.name.name)).flatten()
     }
 
     /// A const's `--set` value, read as its declared type.

@@ -27,13 +27,13 @@ mod random;
 mod sort;
 mod vmap;
 
-pub(crate) use expr::edit_distance;
 pub(crate) use ops::array_ty;
 
 use crate::array::{Array, DType};
 use crate::diag::Diag;
 use crate::ir::build::Builder;
 use crate::ir::{Func, Var};
+use crate::overrides::Override;
 use crate::prims::{Constant, Convert, Prim};
 use crate::resolve::{ItemRef, Program};
 use crate::syntax::ast::{self, ExprKind};
@@ -73,8 +73,8 @@ impl Val {
 }
 
 /// Checks every function of every module; returns all diagnostics.
-pub fn check(prog: &Program) -> Vec<Diag> {
-    let mut cx = Elab::new(prog, None);
+pub fn check(prog: &Program, overrides: &[Override]) -> Vec<Diag> {
+    let mut cx = Elab::new(prog, overrides, None);
     for (m, module) in prog.modules.iter().enumerate() {
         for (index, item) in module.ast.items.iter().enumerate() {
             let r = ItemRef { module: m, index };
@@ -109,7 +109,7 @@ pub fn check(prog: &Program) -> Vec<Diag> {
 }
 
 /// Builds the IR of an entry function of a program that checked cleanly.
-pub fn build(prog: &Program, entry: &str) -> Result<(Func, Vec<Ty>, Ty), Box<Diag>> {
+pub fn build(prog: &Program, overrides: &[Override], entry: &str) -> Result<(Func, Vec<Ty>, Ty), Box<Diag>> {
     let r = prog.root_fn(entry).ok_or_else(|| {
         let span = prog.modules.first().and_then(|m| m.ast.items.first()).map(|i| crate::resolve::item_name(i).span);
         Diag::new(
@@ -126,7 +126,7 @@ pub fn build(prog: &Program, entry: &str) -> Result<(Func, Vec<Ty>, Ty), Box<Dia
         let detail = format!("an entry point cannot be generic over `{}`", g.name);
         return Err(Box::new(TypeError::Entry { detail, span: g.span }.into_diag()));
     }
-    let mut cx = Elab::new(prog, Some(Builder::new()));
+    let mut cx = Elab::new(prog, overrides, Some(Builder::new()));
     cx.module = r.module;
     let mut params = vec![];
     let mut param_tys = vec![];
@@ -159,6 +159,8 @@ impl ast::Fn {
 
 pub(crate) struct Elab<'p> {
     prog: &'p Program,
+    /// This run's values for consts of the root module (`--set`).
+    overrides: &'p [Override],
     pub(crate) b: Option<Builder>,
     pub(crate) diags: Vec<Diag>,
     module: usize,
@@ -185,9 +187,10 @@ pub(crate) struct Elab<'p> {
 }
 
 impl<'p> Elab<'p> {
-    fn new(prog: &'p Program, b: Option<Builder>) -> Elab<'p> {
+    fn new(prog: &'p Program, overrides: &'p [Override], b: Option<Builder>) -> Elab<'p> {
         Elab {
             prog,
+            overrides,
             b,
             diags: vec![],
             module: 0,
@@ -208,7 +211,7 @@ impl<'p> Elab<'p> {
     /// An elaborator that only builds, for the programs that `programs` puts together
     /// from built functions and the builtins' cores.
     pub(crate) fn building_only(prog: &'p Program) -> Elab<'p> {
-        Elab::new(prog, Some(Builder::new()))
+        Elab::new(prog, &[], Some(Builder::new()))
     }
 
     /// Reports one call site on each cycle of the call graph.

@@ -711,7 +711,7 @@ mod tests {
     #[test]
     fn threefry_known_answers_folded() {
         let (prog, _) = crate::resolve::load_source("kat.pod", "", vec![]);
-        let mut cx = Elab::new(&prog, None);
+        let mut cx = Elab::new(&prog, &[], None);
         for (k, x, want) in KAT {
             let (k0, k1, x0, x1) = (cx.u32c(k[0]), cx.u32c(k[1]), cx.u32c(x[0]), cx.u32c(x[1]));
             let (y0, y1) = cx.threefry(&k0, &k1, x0, x1);
@@ -724,7 +724,7 @@ mod tests {
     #[test]
     fn threefry_known_answers_emitted() {
         let (prog, _) = crate::resolve::load_source("kat.pod", "", vec![]);
-        let mut cx = Elab::new(&prog, Some(Builder::new()));
+        let mut cx = Elab::new(&prog, &[], Some(Builder::new()));
         let scalar = ArrayTy::scalar(DType::U32);
         let b = cx.b.as_mut().expect("building");
         let params: Vec<_> = (0..4).map(|_| b.fresh(scalar.clone())).collect();

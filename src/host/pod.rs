@@ -68,7 +68,8 @@ impl PodEnv {
                 )));
             }
         };
-        let env = build_env(&prog, &name).map_err(|d| HostError::Pod(crate::diag::render_plain(&prog.map, &[*d])))?;
+        let env = build_env(&prog, &load.overrides, &name)
+            .map_err(|d| HostError::Pod(crate::diag::render_plain(&prog.map, &[*d])))?;
         let obs = match env.info.observation.leaves().as_deref() {
             Some([one]) => one.clone(),
             _ => {

@@ -13,6 +13,7 @@ use crate::array::{Array, Data};
 use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
 use crate::elab::env::{EnvFuncs, build_env};
 use crate::lower::stablehlo::lower_module_donating;
+use crate::overrides::Override;
 use crate::programs::anakin::{AnakinPrograms, DeviceShape, EPISODE_METRICS, LeafKind, anakin_programs, with_seeds};
 use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable};
@@ -79,12 +80,13 @@ pub fn pick_agent(prog: &Program, name: Option<&str>) -> Result<String, String> 
 /// Builds the agent's functions and its env's.
 pub fn agent_and_env(
     prog: &Program,
+    overrides: &[Override],
     name: &str,
     shape: RunShape,
 ) -> Result<(AgentFuncs, EnvFuncs), Box<crate::diag::Diag>> {
     let per_device = shape.envs / shape.devices;
-    let agent = build_agent(prog, name, per_device, shape.rollout)?;
-    let env = build_env(prog, &agent.info.env.name)?;
+    let agent = build_agent(prog, overrides, name, per_device, shape.rollout)?;
+    let env = build_env(prog, overrides, &agent.info.env.name)?;
     Ok((agent, env))
 }
 

@@ -69,7 +69,8 @@ impl Env {
         if !diags.is_empty() {
             panic!("{}", podracer::diag::render_plain(&prog.map, &diags));
         }
-        let f = build_env(&prog, name).unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])));
+        let f = build_env(&prog, &[], name)
+            .unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])));
         let Ty::Struct(def, args) = &f.info.state else { panic!("the state of {name} is not a struct") };
         let fields = Ty::struct_fields(def, args)
             .into_iter()

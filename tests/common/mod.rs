@@ -32,7 +32,7 @@ pub fn entry(path: &Path) -> Entry {
     if !diags.is_empty() {
         panic!("{}", podracer::diag::render_plain(&prog.map, &diags));
     }
-    driver::build(&prog, "main").unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
+    driver::build(&prog, &[], "main").unwrap_or_else(|d| panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])))
 }
 
 /// Runs an entry through the interpreter and through PJRT; asserts they agree and

@@ -149,14 +149,14 @@ pub fn check(
     let render = |d: &podracer::diag::Diag| podracer::diag::render_plain(&prog.map, std::slice::from_ref(d));
     let mut inputs = Inputs(seed);
     if prog.root_fn("main").is_some() {
-        let e = driver::build(&prog, "main").map_err(|d| format!("main does not build:\n{}", render(&d)))?;
+        let e = driver::build(&prog, &[], "main").map_err(|d| format!("main does not build:\n{}", render(&d)))?;
         let args = inputs.args(&e.func);
         agrees(client, &e.func, &args)?;
         let examples: Vec<Vec<Array>> = (0..2).map(|_| inputs.args(&e.func)).collect();
         batched_agrees(None, &e.func, &examples)?;
     }
     if let Some(name) = env {
-        let env = build_env(&prog, name).map_err(|d| format!("env does not build:\n{}", render(&d)))?;
+        let env = build_env(&prog, &[], name).map_err(|d| format!("env does not build:\n{}", render(&d)))?;
         // From reset states: the auto-resetting step, alone and batched.
         let states: Vec<Vec<Array>> = (0..3)
             .map(|_| {
@@ -175,7 +175,8 @@ pub fn check(
     }
     if let Some((name, steps, envs)) = agent {
         let run = RunShape { envs, rollout: steps, updates_per_call: 2, devices: 1, seeds: 1 };
-        let (a, e) = agent_and_env(&prog, name, run).map_err(|d| format!("agent does not build:\n{}", render(&d)))?;
+        let (a, e) =
+            agent_and_env(&prog, &[], name, run).map_err(|d| format!("agent does not build:\n{}", render(&d)))?;
         let p = anakin_programs(&prog, &a, &e, DeviceShape { envs, steps, updates: 2 });
         let state = eval_func(&p.init, &[podracer::io::seed_key(seed as i64), Array::i32(vec![], vec![0])]);
         let host = eval_func(&p.train, &state);

@@ -5,6 +5,7 @@ use crate::cli::run_env::{own_env_uri, pod_load};
 use crate::diag::emit_stderr;
 use crate::driver::LoadOptions;
 use crate::elab::agent::{AgentFuncs, build_agent};
+use crate::overrides::Override;
 use crate::resolve::Program;
 use crate::runtime::Client;
 use crate::train::run;
@@ -30,7 +31,13 @@ fn env_uri(prog: &Program, agent: &AgentFuncs, flags: &SebulbaFlags) -> Result<S
 /// actor threads double-buffer their envs only when the actors act on an accelerator:
 /// on CPU devices acting and stepping compete for the same cores, and the second batch
 /// costs device calls without buying overlap (docs/performance.md measures both).
-fn layout(prog: &Program, agent: &str, sizes: &Sizes, flags: &SebulbaFlags, platform: &str) -> Result<Config, Failure> {
+fn layout(
+    (prog, overrides): (&Program, &[Override]),
+    agent: &str,
+    sizes: &Sizes,
+    flags: &SebulbaFlags,
+    platform: &str,
+) -> Result<Config, Failure> {
     if sizes.seeds != 1 {
         return Err(Failure::Message("`--seeds` batches runs in one Anakin program; Sebulba trains one seed".into()));
     }
@@ -39,7 +46,7 @@ fn layout(prog: &Program, agent: &str, sizes: &Sizes, flags: &SebulbaFlags, plat
             "`--devices` is Anakin's: Sebulba takes `--actor-devices` and `--learner-devices`".into(),
         ));
     }
-    let rollout = sizes.shape(prog, agent).rollout;
+    let rollout = sizes.shape(prog, overrides, agent).rollout;
     let mut host = crate::host::Options::new(1);
     host.env_workers = flags.env_workers;
     host.python = flags.python.clone();
@@ -81,9 +88,9 @@ fn setup(
     let (prog, name, _) = prepare(file, opts, agent, &Sizes { devices: 1, ..*sizes })?;
     let devices = flags.actor_devices.iter().chain(&flags.learner_devices).max().map_or(1, |d| d + 1);
     let client = super::super::open_runtime(plugin, Some(devices))?;
-    let mut cfg = layout(&prog, &name, sizes, flags, client.platform_name())?;
+    let mut cfg = layout((&prog, &opts.overrides), &name, sizes, flags, client.platform_name())?;
     let per_device = cfg.envs / cfg.learner_devices.len();
-    let agent = build_agent(&prog, &name, per_device, cfg.rollout).map_err(|d| {
+    let agent = build_agent(&prog, &opts.overrides, &name, per_device, cfg.rollout).map_err(|d| {
         emit_stderr(&prog.map, &[*d]);
         Failure::Reported
     })?;
@@ -93,7 +100,7 @@ fn setup(
 }
 
 fn sebulba_config(a: &TrainArgs, s: &Setup) -> Value {
-    let shape = a.sizes.shape(&s.prog, &s.agent.info.name);
+    let shape = a.sizes.shape(&s.prog, &a.load.overrides, &s.agent.info.name);
     let mut cfg = config(a, &s.agent.info.name, shape);
     let c = &s.cfg;
     let o = cfg.as_object_mut().expect("an object");
