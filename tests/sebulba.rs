@@ -5,7 +5,7 @@
 mod tier;
 
 use podracer::host::Backend;
-use podracer::train::run::{Driver, Reported};
+use podracer::train::run::{Driver, Next, Reported};
 use podracer::train::sebulba::{Config, Sebulba};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -268,7 +268,7 @@ agent Still for CartPole {
     let mut t = Sebulba::new(&client, &prog, &agent, cfg, Instant::now()).unwrap();
     t.init(0).unwrap();
     let mut failed_at = None;
-    let mut on_report = |_: &Sebulba, _: Reported| -> Result<(), String> {
+    let mut on_report = |_: &Sebulba, _: Reported| -> Result<Next, String> {
         // Time for the actor to send the step that hangs.
         std::thread::sleep(Duration::from_millis(500));
         failed_at = Some(Instant::now());

@@ -123,10 +123,16 @@ enum Command {
         total_steps: u64,
         #[arg(long, default_value_t = 0)]
         seed: i64,
-        /// Where `metrics.jsonl`, `curve.png` and the checkpoint go.
-        #[arg(long, default_value = "runs/latest")]
-        out: PathBuf,
-        /// Continue the run checkpointed in this directory (same flags; `--total-steps` may grow).
+        /// Where `metrics.jsonl`, `curve.png` and the checkpoint go (default: a directory of
+        /// the run's own, `runs/AGENT__ENV__SEED__TIME`, linked from `runs/latest`; with
+        /// `--resume`, the resumed run's). A directory that holds another run is refused.
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+        /// Write over the run that `--out` holds.
+        #[arg(long, requires = "out")]
+        force: bool,
+        /// Continue the run checkpointed in this directory (same flags; `--total-steps` may
+        /// grow), in that directory unless `--out` says otherwise.
         #[arg(long, value_name = "DIR")]
         resume: Option<PathBuf>,
         /// Write a checkpoint every this many calls (and at the end).
@@ -418,24 +424,35 @@ pub fn main(cli: Cli) -> ExitCode {
             };
             bench::run(a, plugin)
         }
-        Command::Train { file, shape, total_steps, seed, out, resume, checkpoint_every, quiet, source, sebulba } => {
-            source.options().and_then(|load| {
-                let args = train::TrainArgs {
-                    file,
-                    load,
-                    agent: shape.agent.clone(),
-                    sizes: shape.sizes(),
-                    total_steps,
-                    seed,
-                    out,
-                    resume,
-                    checkpoint_every,
-                    quiet,
-                    sebulba: shape.sebulba(sebulba),
-                };
-                train::train(args, plugin)
-            })
-        }
+        Command::Train {
+            file,
+            shape,
+            total_steps,
+            seed,
+            out,
+            force,
+            resume,
+            checkpoint_every,
+            quiet,
+            source,
+            sebulba,
+        } => source.options().and_then(|load| {
+            let args = train::TrainArgs {
+                file,
+                load,
+                agent: shape.agent.clone(),
+                sizes: shape.sizes(),
+                total_steps,
+                seed,
+                out,
+                force,
+                resume,
+                checkpoint_every,
+                quiet,
+                sebulba: shape.sebulba(sebulba),
+            };
+            train::train(args, plugin)
+        }),
         Command::Bench(Bench::Train { file, shape, runs, json, source, sebulba }) => {
             source.options().and_then(|load| {
                 let args = train::BenchTrainArgs {
@@ -456,6 +473,7 @@ pub fn main(cli: Cli) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Reported) => ExitCode::FAILURE,
+        Err(Failure::Interrupted(signal)) => ExitCode::from(128 + signal as u8),
         Err(Failure::Message(m)) => {
             eprintln!("error: {m}");
             ExitCode::FAILURE
@@ -480,6 +498,9 @@ enum Failure {
     /// Diagnostics were already printed.
     Reported,
     Message(String),
+    /// A run stopped by this signal (after saying so and how to resume): the process exits
+    /// as one killed by it would, 128 + its number.
+    Interrupted(i32),
 }
 
 impl<E: std::fmt::Display> From<E> for Failure {

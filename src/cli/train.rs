@@ -7,8 +7,8 @@ use crate::overrides::{self, Override};
 use crate::programs::anakin::{AnakinPrograms, DeviceShape, anakin_programs};
 use crate::resolve::Program;
 use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent};
-use crate::train::checkpoint;
 use crate::train::run::{self, RunOptions, Summary};
+use crate::train::{checkpoint, interrupt, runs};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -46,7 +46,10 @@ pub struct TrainArgs {
     pub sizes: Sizes,
     pub total_steps: u64,
     pub seed: i64,
-    pub out: PathBuf,
+    /// `--out`, else the run's own directory (see `train::runs`).
+    pub out: Option<PathBuf>,
+    /// Write over the run `out` holds.
+    pub force: bool,
     pub resume: Option<PathBuf>,
     /// Checkpoint every this many calls (and at the end).
     pub checkpoint_every: u64,
@@ -176,16 +179,30 @@ fn resume_overrides(a: &mut TrainArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-/// What the run loop takes of the flags.
-pub(super) fn run_options(a: &TrainArgs, config: Value) -> RunOptions {
-    RunOptions {
-        out: a.out.clone(),
+/// What the run loop takes of the flags; `env` names the env in a new run's directory.
+pub(super) fn run_options(a: &TrainArgs, (agent, env): (&str, &str), config: Value) -> Result<RunOptions, Failure> {
+    let out = match (&a.out, &a.resume) {
+        (Some(out), _) => out.clone(),
+        (None, Some(resumed)) => resumed.clone(),
+        (None, None) => runs::new_dir(agent, env, a.seed)?,
+    };
+    Ok(RunOptions {
+        out,
         config,
         seed: a.seed,
         total_steps: a.total_steps,
         checkpoint_every: a.checkpoint_every,
         quiet: a.quiet,
+    })
+}
+
+/// Refuses, before anything is compiled, an `--out` that holds another run; and installs
+/// the handlers that let SIGINT and SIGTERM stop the run checkpointed.
+pub(super) fn begin(a: &TrainArgs) -> Result<(), Failure> {
+    if let Some(out) = &a.out {
+        runs::check_out(out, a.resume.as_deref(), a.force)?;
     }
+    Ok(interrupt::install()?)
 }
 
 /// A checkpoint to resume from, read and compared with `config` before compiling.
@@ -193,15 +210,53 @@ pub(super) fn resume(a: &TrainArgs, config: &Value) -> Result<Option<run::Resume
     Ok(a.resume.as_deref().map(|dir| run::resume_from(dir, config)).transpose()?)
 }
 
-/// The last line of a run.
-pub(super) fn done(a: &TrainArgs, s: &Summary) {
+/// The last line of a run; an interrupted run says how to go on, and fails with its signal.
+pub(super) fn done(a: &TrainArgs, out: &Path, s: &Summary) -> Result<(), Failure> {
+    if let Some(signal) = s.interrupted {
+        eprintln!(
+            "stopped by {} at {} env steps, checkpointed in {}; continue with:\n  {}",
+            interrupt::name(signal),
+            s.env_steps,
+            out.display(),
+            resume_command(out)
+        );
+        return Err(Failure::Interrupted(signal));
+    }
     if !a.quiet {
         eprintln!(
             "done: {} env steps; last mean return {}; wrote {}",
             s.env_steps,
             s.last_return.map_or("-".into(), |r| format!("{r:.3}")),
-            a.out.display()
+            out.display()
         );
+    }
+    Ok(())
+}
+
+/// This process's command line with `--resume OUT` in place of any `--out`, `--force` and
+/// `--resume` it had: the same run, continued in its directory.
+fn resume_command(out: &Path) -> String {
+    let mut words = vec![];
+    let mut args = std::env::args();
+    while let Some(w) = args.next() {
+        match w.as_str() {
+            "--out" | "--resume" => {
+                args.next();
+            }
+            "--force" => {}
+            _ if w.starts_with("--out=") || w.starts_with("--resume=") => {}
+            _ => words.push(w),
+        }
+    }
+    words.extend(["--resume".into(), out.display().to_string()]);
+    words.iter().map(|w| shell_word(w)).collect::<Vec<_>>().join(" ")
+}
+
+/// `w` quoted for a POSIX shell where it needs to be.
+fn shell_word(w: &str) -> String {
+    match !w.is_empty() && w.chars().all(|c| c.is_ascii_alphanumeric() || "-_./:=,@+%".contains(c)) {
+        true => w.to_string(),
+        false => format!("'{}'", w.replace('\'', "'\\''")),
     }
 }
 
@@ -210,6 +265,7 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     if a.sebulba.is_some() {
         return sebulba::train(a, plugin);
     }
+    begin(&a)?;
     let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
     let cfg = config(&a, &agent, shape);
     let resumed = resume(&a, &cfg)?;
@@ -235,9 +291,9 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
             t.compile_s
         );
     }
-    let summary = run::train(&mut t, &run_options(&a, cfg), resumed)?;
-    done(&a, &summary);
-    Ok(())
+    let o = run_options(&a, (&t.agent, &t.env), cfg)?;
+    let summary = run::train(&mut t, &o, resumed)?;
+    done(&a, &o.out, &summary)
 }
 
 pub struct BenchTrainArgs {

@@ -7,7 +7,7 @@
 //! state's buffers are donated to the next call, so it never leaves the devices except
 //! for a checkpoint.
 
-use super::run::{Driver, Report, Reported};
+use super::run::{Driver, Next, Report, Reported};
 use super::state::DeviceState;
 use crate::array::{Array, Data};
 use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
@@ -231,11 +231,13 @@ impl Driver for Trainer<'_> {
         _seed: i64,
         start: u64,
         end: u64,
-        on_report: &mut dyn FnMut(&Self, Reported) -> Result<(), String>,
+        on_report: &mut dyn FnMut(&Self, Reported) -> Result<Next, String>,
     ) -> Result<(), String> {
         for calls in start + 1..=end {
             let seeds = self.step()?;
-            on_report(self, Reported { units: calls, seeds, extra: Default::default() })?;
+            if on_report(self, Reported { units: calls, seeds, extra: Default::default() })? == Next::Stop {
+                break;
+            }
         }
         Ok(())
     }

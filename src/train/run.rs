@@ -57,8 +57,16 @@ pub trait Driver {
         seed: i64,
         start: u64,
         end: u64,
-        on_report: &mut dyn FnMut(&Self, Reported) -> Result<(), String>,
+        on_report: &mut dyn FnMut(&Self, Reported) -> Result<Next, String>,
     ) -> Result<(), String>;
+}
+
+/// What a driver does after a report.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Next {
+    Go,
+    /// Stop now: the run was interrupted (its checkpoint is written).
+    Stop,
 }
 
 /// A run's settings besides the driver's.
@@ -103,10 +111,13 @@ pub struct Summary {
     pub env_steps: u64,
     /// The mean return of the last report in which episodes ended.
     pub last_return: Option<f64>,
+    /// The signal that stopped the run early (see [`interrupt`](super::interrupt)).
+    pub interrupted: Option<i32>,
 }
 
 /// Trains `d` from a fresh state or `resume` until `total_steps` env steps (rounded up to
-/// whole reports), writing the metrics log, checkpoints and the curve into `o.out`.
+/// whole reports), writing the metrics log, checkpoints and the curve into `o.out`. An
+/// interrupt (SIGINT, SIGTERM) stops it after the next report, checkpointed.
 pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Result<Summary, String> {
     let per_unit = d.steps_per_unit();
     let (start, mut log) = match resume {
@@ -126,7 +137,9 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
     let bar = Progress::new(end * per_unit, start * per_unit, o.quiet);
     let began = Instant::now();
     let mut last = Instant::now();
-    let mut on_report = |d: &D, r: Reported| -> Result<(), String> {
+    let mut reached = start;
+    let mut interrupted = None;
+    let mut on_report = |d: &D, r: Reported| -> Result<Next, String> {
         let now = Instant::now();
         // Throughput counts every seed's steps; `env_steps` each seed's own.
         let sps = (k * per_unit * d.seeds() as u64) as f64 / now.duration_since(last).as_secs_f64();
@@ -141,17 +154,19 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
             log.append(&rec).map_err(|e| e.to_string())?;
         }
         bar.update(env_steps, mean_return(&r.seeds));
-        if (r.units / k).is_multiple_of(o.checkpoint_every) || r.units == end {
+        reached = r.units;
+        interrupted = super::interrupt::requested();
+        if (r.units / k).is_multiple_of(o.checkpoint_every) || r.units == end || interrupted.is_some() {
             save(d, &o.out, &o.config, r.units, env_steps)?;
         }
-        Ok(())
+        Ok(if interrupted.is_some() { Next::Stop } else { Next::Go })
     };
     d.run(o.seed, start, end, &mut on_report)?;
     bar.finish();
     let records = metrics::read(&o.out).map_err(|e| e.to_string())?;
     plot::plot_curves(&o.out.join("curve.png"), &plot::seed_curves(&records), &d.title()).map_err(|e| e.to_string())?;
     let last_return = records.iter().rev().find_map(|r| r.get("episode_return").and_then(Value::as_f64));
-    Ok(Summary { env_steps: end * per_unit, last_return })
+    Ok(Summary { env_steps: reached * per_unit, last_return, interrupted })
 }
 
 /// One timed report of [`bench`].
@@ -177,7 +192,7 @@ pub fn bench<D: Driver>(d: &mut D, runs: usize) -> Result<Vec<Timed>, String> {
         if r.units > k {
             out.push(Timed { steps_per_sec: steps / dt, extra: r.extra });
         }
-        Ok(())
+        Ok(Next::Go)
     })?;
     Ok(out)
 }

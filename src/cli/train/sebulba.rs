@@ -126,6 +126,7 @@ fn recorded_imports(modules: &[String]) -> Vec<String> {
 
 pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
+    super::begin(&a)?;
     let s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
     let cfg = sebulba_config(&a, &s);
     let resumed = resume(&a, &cfg)?;
@@ -145,9 +146,9 @@ pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
             t.compile_s
         );
     }
-    let summary = run::train(&mut t, &run_options(&a, cfg), resumed)?;
-    done(&a, &summary);
-    Ok(())
+    let o = run_options(&a, (&s.agent.info.name, &t.spec.name), cfg)?;
+    let summary = run::train(&mut t, &o, resumed)?;
+    done(&a, &o.out, &summary)
 }
 
 /// Compile time, then env steps per second as the median over `runs` reports (of

@@ -30,7 +30,7 @@ use crate::programs::leaf_names;
 use crate::programs::sebulba::{SebulbaPrograms, sebulba_programs};
 use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable};
-use crate::train::run::{Driver, Report, Reported};
+use crate::train::run::{Driver, Next, Report, Reported};
 use crate::train::state::DeviceState;
 use policy::PolicyStore;
 use rollout::{EpisodeStats, Rollout, TrajectoryLayout};
@@ -188,7 +188,7 @@ impl Sebulba {
         (start, end): (u64, u64),
         restarts: &[Arc<AtomicU64>],
         notes: &Mutex<Vec<String>>,
-        on_report: &mut dyn FnMut(&Sebulba, Reported) -> Result<(), String>,
+        on_report: &mut dyn FnMut(&Sebulba, Reported) -> Result<Next, String>,
     ) -> Result<(), String> {
         let k = self.cfg.updates_per_report as u64;
         let n = self.programs.learner.len();
@@ -236,7 +236,9 @@ impl Sebulba {
                 extra.insert("learner_idle".into(), (acc.learner_wait / wall).into());
                 let worker_restarts: u64 = restarts.iter().map(|r| r.load(Ordering::Relaxed)).sum();
                 extra.insert("worker_restarts".into(), worker_restarts.into());
-                on_report(self, Reported { units: u + 1, seeds: vec![report], extra })?;
+                if on_report(self, Reported { units: u + 1, seeds: vec![report], extra })? == Next::Stop {
+                    break;
+                }
                 acc = Acc::default();
             }
         }
@@ -331,7 +333,7 @@ impl Driver for Sebulba {
         seed: i64,
         start: u64,
         end: u64,
-        on_report: &mut dyn FnMut(&Self, Reported) -> Result<(), String>,
+        on_report: &mut dyn FnMut(&Self, Reported) -> Result<Next, String>,
     ) -> Result<(), String> {
         let cfg = self.cfg.clone();
         let threads = cfg.actor_threads;
