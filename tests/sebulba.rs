@@ -105,6 +105,51 @@ fn resume_continues_from_the_learner_checkpoint() {
     assert!(stderr(&o).contains("cannot resume") && !stderr(&o).contains("panicked"), "{}", stderr(&o));
 }
 
+/// SIGTERM (Slurm's warning) mid-run: the actors and the learner stop within 10 s, with a
+/// checkpoint to resume from. (A resumed Sebulba run restarts its host envs, so it is not
+/// the uninterrupted run; Anakin's is, see `tests/train.rs`.)
+#[test]
+fn sigterm_stops_a_sebulba_run_checkpointed() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("run");
+    let os = out.to_str().unwrap();
+    let args =
+        ["train", "examples/catch_a2c.pod", "--arch", "sebulba", "-q", "--out", os, "--total-steps", "100000000"];
+    let args = [&args[..], &["--envs", "8", "--rollout", "8", "--updates-per-call", "4"]].concat();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_podc"))
+        .args(&args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while podracer::train::metrics::read(&out).map_or(0, |r| r.len()) < 2 {
+        assert!(child.try_wait().unwrap().is_none(), "the run ended before the signal");
+        assert!(start.elapsed() < Duration::from_secs(300), "no reports in 300 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    rustix::process::kill_process(rustix::process::Pid::from_child(&child), rustix::process::Signal::TERM).unwrap();
+    let sent = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if sent.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("still running 10 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert_eq!(status.code(), Some(143));
+    let (_, meta) = podracer::train::checkpoint::load(&out).unwrap();
+    let updates = meta["updates"].as_u64().unwrap();
+    assert_eq!(records(&out).len() as u64, updates / 4, "the log ends at the checkpoint");
+    let more = ((updates + 8) * 64).to_string();
+    let o = train_catch(&out, &["--total-steps", &more, "--resume", os]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(records(&out).len() as u64, updates / 4 + 2);
+}
+
 #[test]
 fn a_short_run_learns_catch() {
     let dir = tempfile::tempdir().unwrap();

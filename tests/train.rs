@@ -11,7 +11,8 @@ mod tier;
 
 use podracer::train::anakin::{RunShape, Trainer, agent_and_env};
 use podracer::train::run::Driver;
-use podracer::train::{checkpoint, metrics};
+use podracer::train::{checkpoint, metrics, runs};
+use rustix::process::{Pid, Signal, kill_process};
 use serde_json::Value;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -344,6 +345,118 @@ fn sigkill_while_checkpointing_every_call_never_loses_the_run() {
     assert_eq!(steps, (1..=calls + 3).map(|c| c * PER_CALL).collect::<Vec<_>>());
     assert_eq!(records[..4], metrics_of(baseline())[..]);
     assert!(checkpoint::load(&out).is_ok());
+}
+
+/// The names of the run directories under `dir/runs`, oldest first, and what
+/// `runs/latest` points at.
+fn runs_in(dir: &Path) -> (Vec<String>, String) {
+    let runs = dir.join(runs::ROOT);
+    let mut names: Vec<String> = fs::read_dir(&runs)
+        .expect("runs/")
+        .map(|e| e.expect("an entry").file_name().into_string().expect("utf-8"))
+        .filter(|n| n != runs::LATEST)
+        .collect();
+    names.sort_by_key(|n| fs::metadata(runs.join(n)).and_then(|m| m.modified()).expect("mtime"));
+    let latest = fs::read_link(runs.join(runs::LATEST)).expect("runs/latest is a link");
+    (names, latest.to_str().expect("utf-8").to_string())
+}
+
+#[test]
+fn each_run_gets_a_directory_of_its_own_and_a_run_is_never_overwritten() {
+    let dir = agent_dir(None);
+    let total = (2 * PER_CALL).to_string();
+    let mut args = vec!["train", "tiny.pod", "-q", "--total-steps", &total];
+    args.extend(SHAPE);
+    for _ in 0..2 {
+        let o = podc(dir.path(), &args).output().expect("podc starts");
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let (names, latest) = runs_in(dir.path());
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("Tiny__Catch__0__")), "{names:?}");
+    assert_eq!(latest, names[1], "runs/latest names the newest");
+    for name in &names {
+        assert_eq!(metrics_of(&dir.path().join("runs").join(name)).len(), 2);
+    }
+    // An `--out` that holds a run is refused, naming the ways on; `--force` writes over it.
+    let out = ["--out", "runs/latest"];
+    let o = podc(dir.path(), &[&args[..], &out].concat()).output().expect("podc starts");
+    assert_fails(
+        &o,
+        "`--out runs/latest` holds a run already: continue it with `--resume runs/latest`, write over it with `--force`",
+    );
+    let o = podc(dir.path(), &[&args[..], &out, &["--force"]].concat()).output().expect("podc starts");
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Resumed without `--out`, a run continues in its own directory.
+    let more = (3 * PER_CALL).to_string();
+    let resumed = [&args[..2], &["-q", "--total-steps", &more, "--resume", "runs/latest"], &SHAPE].concat();
+    let o = podc(dir.path(), &resumed).output().expect("podc starts");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(metrics_of(&dir.path().join("runs/latest")).len(), 3);
+    assert_eq!(runs_in(dir.path()).0.len(), 2, "no new directory");
+}
+
+/// SIGINT and SIGTERM mid-run: the run stops within 10 s with the signal's exit status,
+/// checkpointed, with its curve, saying how to resume; resumed, it ends as the
+/// uninterrupted run does, metrics and checkpoint bit for bit.
+#[test]
+fn a_signal_stops_a_run_checkpointed_and_the_resumed_run_equals_the_uninterrupted_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (signal, status) in [(Signal::INT, 130), (Signal::TERM, 143)] {
+        let out = dir.path().join(format!("run{status}"));
+        let os = out.to_str().expect("utf-8");
+        let mut args = vec!["train", "tiny.pod", "-q", "--total-steps", "100000000", "--out", os];
+        args.extend(SHAPE);
+        let child = podc(tiny(), &args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("podc starts");
+        let mut child = Killed(child);
+        let start = Instant::now();
+        while metrics::read(&out).map_or(0, |r| r.len()) < 3 {
+            assert!(child.0.try_wait().expect("wait").is_none(), "the run ended before the signal");
+            assert!(start.elapsed() < Duration::from_secs(300), "no reports in 300 s");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        kill_process(Pid::from_child(&child.0), signal).expect("signal sent");
+        let sent = Instant::now();
+        let code = loop {
+            if let Some(s) = child.0.try_wait().expect("wait") {
+                break s.code();
+            }
+            assert!(sent.elapsed() < Duration::from_secs(10), "still running 10 s after {signal:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        assert_eq!(code, Some(status));
+        let mut err = String::new();
+        std::io::Read::read_to_string(child.0.stderr.as_mut().expect("piped"), &mut err).expect("read");
+        assert!(err.contains(&format!("--resume {os}")), "{err}");
+        assert!(out.join("curve.png").exists());
+        let calls = committed_calls(&out);
+        assert_eq!(metrics_of(&out).len() as u64, calls, "the log ends at the checkpoint");
+        // Resumed to a few calls past the checkpoint, it is the uninterrupted run.
+        train_ok(&out, 0, calls + 2, &["--resume", os]);
+        let whole = dir.path().join(format!("whole{status}"));
+        train_ok(&whole, 0, calls + 2, &[]);
+        assert_eq!(metrics_of(&out), metrics_of(&whole));
+        let tensors = |d: &Path| fs::read(d.join(checkpoint::TENSORS_FILE)).expect("a checkpoint");
+        assert!(tensors(&out) == tensors(&whole), "the checkpoints differ");
+    }
+}
+
+#[test]
+fn without_a_terminal_progress_comes_as_plain_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run");
+    // A run long enough that its first line (after 2 s and 1% of the run) comes before
+    // its end on any machine; it is stopped once the line is read.
+    let mut args = vec!["train", "tiny.pod", "--total-steps", "3200000", "--out", out.to_str().expect("utf-8")];
+    args.extend(SHAPE);
+    let child = podc(tiny(), &args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("podc starts");
+    let mut child = Killed(child);
+    let err = std::io::BufReader::new(child.0.stderr.take().expect("piped"));
+    let line = std::io::BufRead::lines(err)
+        .map(|l| l.expect("utf-8"))
+        .find(|l| l.starts_with("env steps "))
+        .expect("a progress line before the run ends");
+    assert!(line.contains("/3200000 (") && line.contains("/s  return ") && line.contains("  eta "), "{line}");
 }
 
 #[test]
