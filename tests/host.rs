@@ -835,3 +835,49 @@ fn podc_env_describe_ale() {
         assert!(o.status.code() == Some(1) && err.contains(says) && !err.contains("panicked"), "{uri}: {err}");
     }
 }
+
+/// `podc env install` adds packages to podc's own Python: Box2D (a binary wheel) makes
+/// Gymnasium's LunarLander work, and TensorBoard's own event reader finds every metric of
+/// a run in the event files `podc train` writes.
+#[test]
+fn env_install_adds_packages_box2d_and_tensorboard() {
+    if tier::slow("pip installs into podc's Python (network)") {
+        return;
+    }
+    let podc = |args: &[&str], cwd: &Path| {
+        let o = Command::new(env!("CARGO_BIN_EXE_podc")).args(args).current_dir(cwd).output().expect("podc starts");
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "podc {args:?}: {err}");
+        (String::from_utf8_lossy(&o.stdout).into_owned(), err)
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let (_, err) = podc(&["env", "install", "box2d==2.3.10", "tensorboard==2.21.0"], root);
+    let python = err.split("podc's Python is ").nth(1).expect("the Python is named").trim().to_string();
+    let (out, _) = podc(&["env", "describe", "gymnasium:LunarLander-v3"], root);
+    assert!(
+        out.contains("extern env LunarLanderV3 { observation: f32[8], action: discrete(4), time_limit: 1000 }"),
+        "{out}"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run = dir.path().join("run");
+    let args = ["train", "examples/catch_a2c.pod", "-q", "--total-steps", "20000", "--seeds", "2"];
+    podc(&[&args[..], &["--out", run.to_str().expect("utf-8")]].concat(), root);
+    let read = "import sys, json\nfrom tensorboard.backend.event_processing.event_accumulator import EventAccumulator\n\
+        ea = EventAccumulator(sys.argv[1]); ea.Reload()\n\
+        print(json.dumps({t: [[e.step, e.value] for e in ea.Scalars(t)] for t in ea.Tags()['scalars']}))";
+    let o = Command::new(&python).args(["-c", read, run.to_str().expect("utf-8")]).output().expect("python starts");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let scalars: Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let records = podracer::train::metrics::read(&run).expect("metrics");
+    for r in &records {
+        let (seed, steps) = (r["seed"].as_i64().expect("a seed"), r["env_steps"].as_u64().expect("steps"));
+        for (k, v) in r.iter().filter(|(k, v)| !["seed", "env_steps"].contains(&k.as_str()) && v.is_number()) {
+            let series = scalars[format!("seed {seed}/{k}")].as_array().unwrap_or_else(|| panic!("no `{k}`"));
+            let found =
+                series.iter().find(|p| p[0].as_u64() == Some(steps)).unwrap_or_else(|| panic!("{k} at {steps}"));
+            let (want, got) = (v.as_f64().expect("a number") as f32, found[1].as_f64().expect("a value") as f32);
+            assert_eq!(want, got, "seed {seed} {k} at {steps}");
+        }
+    }
+}

@@ -382,6 +382,14 @@ fn bench_host(uri: &str, a: &BenchArgs, plugin: Option<&Path>) -> Result<(), Fai
     Ok(())
 }
 
+/// `podc env install PACKAGE..`: into podc's own venv; says where it is, for a user who
+/// wants to run its Python.
+pub fn install(packages: &[String]) -> Result<(), Failure> {
+    let python = crate::host::python::install(packages)?;
+    eprintln!("{} installed for host envs; podc's Python is {}", packages.join(", "), python.display());
+    Ok(())
+}
+
 /// `podc env describe URI`: the `extern env` block of a host env, from the spaces its
 /// worker reports (or, for `pod:`, from the compiled env).
 pub fn describe(

@@ -237,6 +237,13 @@ enum Bench {
 
 #[derive(Subcommand)]
 enum EnvCmd {
+    /// Add Python packages to podc's own Python environment for host envs (binary wheels
+    /// preferred), e.g. `podc env install box2d==2.3.10` for Gymnasium's Box2D envs.
+    Install {
+        /// pip requirements: `NAME`, `NAME==VERSION`, ...
+        #[arg(required = true, value_name = "PACKAGE")]
+        packages: Vec<String>,
+    },
     /// Print the `extern env` block that declares a host env's spaces, ready to paste
     /// into a `.pod` file.
     Describe {
@@ -467,6 +474,7 @@ pub fn main(cli: Cli) -> ExitCode {
                 train::bench(args, plugin)
             })
         }
+        Command::Env(EnvCmd::Install { packages }) => env::install(&packages),
         Command::Env(EnvCmd::Describe { uri, host }) => env::describe(&uri, host.python, host.env_import, plugin),
         Command::Devices { cpu_devices } => devices(plugin, cpu_devices),
     };

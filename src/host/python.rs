@@ -34,6 +34,10 @@ pub const ALE_PY: &str = "ale-py==0.12.1";
 /// pygame 2.6.1: what Gymnasium's classic-control and Box2D envs draw their
 /// `rgb_array` frames with (`podc play`); wheels for CPython 3.8-3.13.
 pub const PYGAME: &str = "pygame==2.6.1";
+/// Box2D 2.3.10: a binary wheel of what Gymnasium's Box2D envs (LunarLander,
+/// BipedalWalker, CarRacing) import, where `gymnasium[box2d]` builds it from source with
+/// swig.
+pub const BOX2D: &str = "box2d==2.3.10";
 /// The venv's directory in the cache; a new set of pins gets a new name.
 const VENV_DIR: &str = "python-envs-gymnasium1.2.2-numpy2.2.6";
 /// The requirements installed so far, one a line, written after each successful pip run.
@@ -101,21 +105,33 @@ fn existing(p: &Path, origin: &str) -> Result<PathBuf, HostError> {
     Ok(p.to_path_buf())
 }
 
-/// The error for a named Python that cannot import `module`.
+/// The error for a Python that cannot import `module`: the command that installs it, into
+/// podc's own venv with `podc env install`, else with the Python's pip.
 pub fn missing_package(python: &Path, module: &str, backend: Backend) -> HostError {
-    let pins = [requirements(backend), render_requirements(backend)].concat();
+    let pins = [requirements(backend), render_requirements(backend), vec![BOX2D]].concat();
     // Modules are named with `_` where their distributions have `-` (`ale_py`, `ale-py`).
-    let dist = module.replace('_', "-");
-    let wanted: Vec<&str> = match pins.iter().find(|r| r.split("==").next() == Some(&dist)) {
-        Some(r) => vec![r],
-        None => vec![module],
-    };
+    let dist = module.replace('_', "-").to_lowercase();
+    let wanted = pins.iter().find(|r| r.split("==").next() == Some(&dist)).copied().unwrap_or(module);
+    let ours = python.components().any(|c| c.as_os_str() == VENV_DIR);
     HostError::MissingPackage {
         python: python.display().to_string(),
         module: module.to_string(),
         backend: backend.scheme().to_string(),
-        command: format!("{} -m pip install {}", python.display(), wanted.join(" ")),
+        command: match ours {
+            true => format!("podc env install {wanted}"),
+            false => format!("{} -m pip install {wanted}", python.display()),
+        },
     }
+}
+
+/// `podc env install`: `packages` (pip requirements) added to podc's own venv, as binary
+/// wheels where there are any; the venv's Python.
+pub fn install(packages: &[String]) -> Result<PathBuf, HostError> {
+    let cache = crate::runtime::plugin::cache_dir()
+        .map_err(|e| HostError::Python { reason: e.to_string(), fix: format!("set {PYTHON_ENV} instead") })?;
+    let wanted: Vec<&str> =
+        requirements(Backend::Gymnasium).into_iter().chain(packages.iter().map(String::as_str)).collect();
+    cache_venv_with(&cache, &wanted)
 }
 
 /// The cache venv's Python, with `backend`'s packages installed (made or extended now if
@@ -195,7 +211,7 @@ fn record(dir: &Path, reqs: &[&str]) -> Result<(), String> {
 
 fn pip_install(python: &Path, reqs: &[&str]) -> Result<(), String> {
     let mut cmd = Command::new(python);
-    cmd.args(["-m", "pip", "install", "--disable-pip-version-check"]).args(reqs);
+    cmd.args(["-m", "pip", "install", "--disable-pip-version-check", "--prefer-binary"]).args(reqs);
     run(&mut cmd, "pip install")
 }
 
@@ -244,5 +260,9 @@ mod tests {
             let e = missing_package(python, module, backend).to_string();
             assert!(e.ends_with(&format!("run: /venv/bin/python -m pip install {pin}")), "{e}");
         }
+        // Gymnasium's Box2D envs import `Box2D`; in podc's own venv, `podc env install`.
+        let ours = Path::new("/cache").join(VENV_DIR).join("bin/python");
+        let e = missing_package(&ours, "Box2D", Backend::Gymnasium).to_string();
+        assert!(e.ends_with(&format!("run: podc env install {BOX2D}")), "{e}");
     }
 }

@@ -478,7 +478,13 @@ def main():
         dtype, shape, action, start = space_spec(np, env.obs_space, env.act_space)
     except Exception as e:
         traceback.print_exc()
-        send_line({"error": "make", "message": f"{type(e).__name__}: {e}"})
+        # Gymnasium raises DependencyNotInstalled from the ImportError of what an env needs
+        # (Box2D for LunarLander): podc names the package to install.
+        cause = e if isinstance(e, ImportError) else e.__cause__
+        if isinstance(cause, ImportError) and cause.name:
+            send_line({"error": "missing_module", "module": cause.name, "message": str(e)})
+        else:
+            send_line({"error": "make", "message": f"{type(e).__name__}: {e}"})
         return
     if render:
         # Some renderers abort the process (MuJoCo without an OpenGL context): this line

@@ -15,3 +15,4 @@ pub mod run;
 pub mod runs;
 pub mod sebulba;
 pub mod state;
+pub mod tensorboard;

@@ -4,6 +4,7 @@
 //! [`Sebulba`](super::sebulba::Sebulba)) only trains and reports; what a run writes is
 //! decided here, once.
 
+use super::tensorboard::EventWriter;
 use super::{checkpoint, metrics, plot, progress::Progress};
 use crate::array::Array;
 use serde_json::{Map, Value, json};
@@ -132,6 +133,7 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
             (0, metrics::MetricsLog::create(&o.out).map_err(|e| e.to_string())?)
         }
     };
+    let mut events = EventWriter::create(&o.out).map_err(|e| format!("cannot write to `{}`: {e}", o.out.display()))?;
     let k = d.units_per_report();
     let end = o.total_steps.div_ceil(per_unit * k) * k;
     let bar = Progress::new(end * per_unit, start * per_unit, o.quiet);
@@ -152,6 +154,7 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
             let mut rec = record(report, seed, env_steps, updates, sps, wall_s);
             rec.extend(r.extra.clone());
             log.append(&rec).map_err(|e| e.to_string())?;
+            events.scalars(env_steps, &scalars(&rec, seed)).map_err(|e| e.to_string())?;
         }
         bar.update(env_steps, mean_return(&r.seeds));
         reached = r.units;
@@ -195,6 +198,13 @@ pub fn bench<D: Driver>(d: &mut D, runs: usize) -> Result<Vec<Timed>, String> {
         Ok(Next::Go)
     })?;
     Ok(out)
+}
+
+/// A record's numbers as TensorBoard scalars, under `seed S/` for a run of several seeds.
+fn scalars(rec: &Map<String, Value>, seed: Option<i64>) -> Vec<(String, f64)> {
+    let tag = |k: &str| seed.map_or_else(|| k.to_string(), |s| format!("seed {s}/{k}"));
+    let skip = ["seed", "env_steps"];
+    rec.iter().filter(|(k, _)| !skip.contains(&k.as_str())).filter_map(|(k, v)| Some((tag(k), v.as_f64()?))).collect()
 }
 
 /// The mean over seeds of the mean episode returns (of the seeds whose episodes ended).
