@@ -38,6 +38,22 @@ pub const PYGAME: &str = "pygame==2.6.1";
 /// BipedalWalker, CarRacing) import, where `gymnasium[box2d]` builds it from source with
 /// swig.
 pub const BOX2D: &str = "box2d==2.3.10";
+/// About how much each pinned package takes, said before it is installed.
+const SIZES: [(&str, &str); 6] = [
+    (NUMPY, "~16 MB"),
+    (GYMNASIUM, "~1 MB"),
+    (ENVPOOL, "~850 MB with its assets"),
+    (ALE_PY, "~10 MB"),
+    (PYGAME, "~14 MB"),
+    (BOX2D, "~2.5 MB"),
+];
+
+/// Requirements as an install announces them: `envpool==1.2.5 (~850 MB with its assets)`.
+fn announced(reqs: &[&str]) -> String {
+    let size = |r: &str| SIZES.iter().find(|(p, _)| *p == r).map_or(String::new(), |(_, s)| format!(" ({s})"));
+    reqs.iter().map(|r| format!("{r}{}", size(r))).collect::<Vec<_>>().join(", ")
+}
+
 /// The venv's directory in the cache; a new set of pins gets a new name.
 const VENV_DIR: &str = "python-envs-gymnasium1.2.2-numpy2.2.6";
 /// The requirements installed so far, one a line, written after each successful pip run.
@@ -171,7 +187,7 @@ pub fn cache_venv_with(cache: &Path, wanted: &[&str]) -> Result<PathBuf, HostErr
         let base = requirements(Backend::Gymnasium);
         eprintln!(
             "podc: creating a Python environment for host envs ({}) in {} (first use only)",
-            base.join(", "),
+            announced(&base),
             dir.display()
         );
         let made = run(Command::new("python3").args(["-m", "venv"]).arg(&partial), "python3 -m venv")
@@ -187,7 +203,7 @@ pub fn cache_venv_with(cache: &Path, wanted: &[&str]) -> Result<PathBuf, HostErr
     }
     let more = missing(&dir, wanted);
     if !more.is_empty() {
-        eprintln!("podc: installing {} into {} (first use only)", more.join(", "), dir.display());
+        eprintln!("podc: installing {} into {} (first use only)", announced(&more), dir.display());
         pip_install(&python, &more).and_then(|()| record(&dir, &more)).map_err(fail)?;
     }
     Ok(python)
@@ -264,5 +280,6 @@ mod tests {
         let ours = Path::new("/cache").join(VENV_DIR).join("bin/python");
         let e = missing_package(&ours, "Box2D", Backend::Gymnasium).to_string();
         assert!(e.ends_with(&format!("run: podc env install {BOX2D}")), "{e}");
+        assert_eq!(announced(&[ENVPOOL, "other==1"]), "envpool==1.2.5 (~850 MB with its assets), other==1");
     }
 }
