@@ -1,5 +1,7 @@
 //! The learning curve: mean episode return against environment steps, as an 800x500 PNG;
-//! for a run of several seeds, each seed's curve, light, and their mean.
+//! for a run of several seeds, each seed's curve, light, and their mean. Under it, when
+//! the run has them, one small panel per loss term (the agent's metrics, averaged over
+//! seeds), two to a row.
 //!
 //! Text needs a font, and plotters' pure-Rust `ab_glyph` backend loads none by itself, so
 //! the first plot looks for a common system font (DejaVu Sans, Liberation Sans, Arial).
@@ -16,6 +18,8 @@ use std::sync::OnceLock;
 
 pub const WIDTH: u32 = 800;
 pub const HEIGHT: u32 = 500;
+/// The height of a row of loss-term panels.
+pub const TERM_HEIGHT: u32 = 200;
 /// The line's colour (matplotlib's first).
 pub const LINE: RGBColor = RGBColor(31, 119, 180);
 /// Each seed's line under the mean: `LINE` half way to white.
@@ -90,25 +94,79 @@ pub fn plot_curve(path: &Path, points: &[(f64, f64)], title: &str) -> io::Result
 
 /// [`plot_curve`] for one curve per seed: each drawn light, their mean over them.
 pub fn plot_curves(path: &Path, curves: &[Vec<(f64, f64)>], title: &str) -> io::Result<()> {
-    draw(path, curves, title, system_font())
+    plot_run(path, curves, &[], title)
 }
 
-fn draw(path: &Path, curves: &[Vec<(f64, f64)>], title: &str, text: bool) -> io::Result<()> {
+/// [`plot_curves`] with a panel under it for each loss term: `(name, (env steps, value))`.
+pub fn plot_run(
+    path: &Path,
+    curves: &[Vec<(f64, f64)>],
+    terms: &[(String, Vec<(f64, f64)>)],
+    title: &str,
+) -> io::Result<()> {
+    draw(path, curves, terms, title, system_font())
+}
+
+/// Each series' `(env_steps, NAME)` points, averaged over the seeds at each step.
+pub fn term_series(records: &[Record], names: &[String]) -> Vec<(String, Vec<(f64, f64)>)> {
+    let num = |r: &Record, k: &str| r.get(k).and_then(serde_json::Value::as_f64);
+    names
+        .iter()
+        .map(|n| {
+            let points: Vec<(f64, f64)> =
+                records.iter().filter_map(|r| Some((num(r, "env_steps")?, num(r, n)?))).collect();
+            (n.clone(), mean_curve(&[points]))
+        })
+        .collect()
+}
+
+fn finite(c: &[(f64, f64)]) -> Vec<(f64, f64)> {
+    c.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect()
+}
+
+fn draw(
+    path: &Path,
+    curves: &[Vec<(f64, f64)>],
+    terms: &[(String, Vec<(f64, f64)>)],
+    title: &str,
+    text: bool,
+) -> io::Result<()> {
     if !path.extension().is_some_and(|e| e.eq_ignore_ascii_case("png")) {
         let msg = format!("{}: the learning curve is written as PNG; name it `*.png`", path.display());
         return Err(io::Error::new(io::ErrorKind::InvalidInput, msg));
     }
-    let finite = |c: &Vec<(f64, f64)>| -> Vec<(f64, f64)> {
-        c.iter().copied().filter(|(x, y)| x.is_finite() && y.is_finite()).collect()
-    };
-    let curves: Vec<Vec<(f64, f64)>> = curves.iter().map(finite).collect();
+    let curves: Vec<Vec<(f64, f64)>> = curves.iter().map(|c| finite(c)).collect();
     let points: Vec<(f64, f64)> = curves.iter().flatten().copied().collect();
     let xs = span(points.iter().map(|p| p.0), 0.0);
     let ys = span(points.iter().map(|p| p.1), 0.05);
     let err = |e: DrawingAreaErrorKind<_>| io::Error::other(format!("{}: {e}", path.display()));
 
-    let root = BitMapBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
-    root.fill(&WHITE).map_err(err)?;
+    // Terms the log has no values of get no panel.
+    let terms: Vec<&(String, Vec<(f64, f64)>)> = terms.iter().filter(|(_, s)| !finite(s).is_empty()).collect();
+    let rows = terms.len().div_ceil(2) as u32;
+    let whole = BitMapBackend::new(path, (WIDTH, HEIGHT + rows * TERM_HEIGHT)).into_drawing_area();
+    whole.fill(&WHITE).map_err(err)?;
+    let (root, below) = whole.split_vertically(HEIGHT);
+    for (area, (name, series)) in below.split_evenly((rows.max(1) as usize, 2)).iter().zip(terms) {
+        let series = finite(series);
+        let (txs, tys) = (span(series.iter().map(|p| p.0), 0.0), span(series.iter().map(|p| p.1), 0.05));
+        let mut b = ChartBuilder::on(area);
+        b.margin(12);
+        if text {
+            b.caption(name, (FAMILY, 15)).x_label_area_size(25).y_label_area_size(55);
+        }
+        let mut chart = b.build_cartesian_2d(txs, tys).map_err(err)?;
+        let mut mesh = chart.configure_mesh();
+        if text {
+            mesh.x_labels(5)
+                .y_labels(4)
+                .x_label_formatter(&|x| si(*x))
+                .y_label_formatter(&|y| si(*y))
+                .label_style((FAMILY, 11));
+        }
+        mesh.draw().map_err(err)?;
+        chart.draw_series(LineSeries::new(series, LINE.stroke_width(2))).map_err(err)?;
+    }
     let mut builder = ChartBuilder::on(&root);
     builder.margin(20);
     if text {
@@ -135,7 +193,7 @@ fn draw(path: &Path, curves: &[Vec<(f64, f64)>], title: &str, text: bool) -> io:
         }
     };
     chart.draw_series(LineSeries::new(main, LINE.stroke_width(2))).map_err(err)?;
-    root.present().map_err(err)
+    whole.present().map_err(err)
 }
 
 /// The range covering `values`, widened by `pad` of its width, and never empty.
@@ -216,7 +274,7 @@ mod tests {
         let path = dir.path().join("curve.png");
         // `draw` with `text: false` must not ask plotters for any font: `FAMILY` may be
         // registered by another test, but the default family never is.
-        draw(&path, &[vec![(0.0, 1.0), (1e5, 3.0), (2e5, f64::NAN), (3e5, 2.0)]], "t", false).unwrap();
+        draw(&path, &[vec![(0.0, 1.0), (1e5, 3.0), (2e5, f64::NAN), (3e5, 2.0)]], &[], "t", false).unwrap();
         let (w, h, px) = decode(&path);
         assert_eq!((w, h), (WIDTH, HEIGHT));
         assert!(count(&px, WHOLE, |p| p == LINE_PX) > 500);
@@ -275,6 +333,32 @@ mod tests {
         assert!(n > 200, "the seeds' lines: {n} pixels");
         assert!(count(&px, WHOLE, |p| p == LINE_PX) > 500, "the mean's line");
         assert_eq!(seed_curves(&recs[..0]), vec![vec![]], "no records: one empty curve");
+    }
+
+    #[test]
+    fn loss_terms_get_panels_under_the_curve() {
+        let recs: Vec<Record> = (0..2)
+            .flat_map(|seed| {
+                (1..30).map(move |s| json!({"seed": seed, "env_steps": s * 100, "episode_return": s, "loss": seed * s, "value": 1.0}))
+            })
+            .map(|v| v.as_object().unwrap().clone())
+            .collect();
+        let names = ["loss".to_string(), "value".to_string(), "entropy".to_string()];
+        let terms = term_series(&recs, &names);
+        assert_eq!(terms[0].1[0], (100.0, 0.5), "loss at 100 steps, the mean of 0 and 1");
+        assert!(terms[2].1.is_empty(), "no `entropy` in the log");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("curve.png");
+        plot_run(&path, &seed_curves(&recs), &terms, "terms").unwrap();
+        let bytes = fs::read(&path).unwrap();
+        let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+        assert_eq!(h, HEIGHT + TERM_HEIGHT, "two terms with values: one row of panels");
+        let mut reader = png::Decoder::new(&bytes[..]).read_info().unwrap();
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).unwrap();
+        let px: Vec<[u8; 3]> = buf[..info.buffer_size()].chunks_exact(3).map(|c| [c[0], c[1], c[2]]).collect();
+        let below = (0..WIDTH / 2, HEIGHT..HEIGHT + TERM_HEIGHT);
+        assert!(count(&px, below, |p| p == LINE_PX) > 100, "the loss panel's line");
     }
 
     #[test]

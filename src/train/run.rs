@@ -140,6 +140,8 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
     let began = Instant::now();
     let mut last = Instant::now();
     let mut reached = start;
+    // The agent's metrics (the loss terms), for the curve's panels.
+    let mut terms: Vec<String> = vec![];
     let mut interrupted = None;
     let mut on_report = |d: &D, r: Reported| -> Result<Next, String> {
         let now = Instant::now();
@@ -156,6 +158,7 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
             log.append(&rec).map_err(|e| e.to_string())?;
             events.scalars(env_steps, &scalars(&rec, seed)).map_err(|e| e.to_string())?;
         }
+        terms = r.seeds[0].metrics.iter().map(|(n, _)| metric_key(n)).collect();
         bar.update(env_steps, mean_return(&r.seeds));
         reached = r.units;
         interrupted = super::interrupt::requested();
@@ -167,7 +170,9 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
     d.run(o.seed, start, end, &mut on_report)?;
     bar.finish();
     let records = metrics::read(&o.out).map_err(|e| e.to_string())?;
-    plot::plot_curves(&o.out.join("curve.png"), &plot::seed_curves(&records), &d.title()).map_err(|e| e.to_string())?;
+    let terms = plot::term_series(&records, &terms);
+    plot::plot_run(&o.out.join("curve.png"), &plot::seed_curves(&records), &terms, &d.title())
+        .map_err(|e| e.to_string())?;
     let last_return = records.iter().rev().find_map(|r| r.get("episode_return").and_then(Value::as_f64));
     Ok(Summary { env_steps: reached * per_unit, last_return, interrupted })
 }
@@ -223,6 +228,11 @@ fn save<D: Driver>(d: &D, dir: &Path, config: &Value, units: u64, env_steps: u64
         .map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", dir.display()))
 }
 
+/// An agent metric's name in the log: its `total` is the `loss`.
+fn metric_key(name: &str) -> String {
+    if name == "total" { "loss".into() } else { name.into() }
+}
+
 /// A report as a `metrics.jsonl` record; `seed` is the run's, for a run of several.
 pub fn record(
     report: &Report,
@@ -242,8 +252,7 @@ pub fn record(
     r.insert("episode_length".into(), json!(report.episode_length));
     r.insert("episodes".into(), json!(report.episodes));
     for (name, v) in &report.metrics {
-        let key = if name == "total" { "loss".to_string() } else { name.clone() };
-        r.insert(key, json!(v));
+        r.insert(metric_key(name), json!(v));
     }
     r.insert("steps_per_sec".into(), json!(steps_per_sec));
     r.insert("wall_s".into(), json!(wall_s));
