@@ -7,7 +7,7 @@ use crate::overrides::Override;
 use crate::resolve::{self, Program};
 use crate::types::Ty;
 
-pub use crate::elab::env::{build_env, env_names};
+pub use crate::elab::env::{build_env, pick_env};
 use std::path::{Path, PathBuf};
 
 /// An entry point, compiled to IR.

@@ -3,7 +3,7 @@
 use super::{Failure, load};
 use crate::array::{Array, Data};
 use crate::diag::emit_stderr;
-use crate::elab::env::{EnvFuncs, build_env, env_names};
+use crate::elab::env::{EnvFuncs, build_env, pick_env};
 use crate::lower::stablehlo::lower_module;
 use crate::overrides::Override;
 use crate::programs::env::{bench_program, fold_in_program, render_step_program};
@@ -16,19 +16,7 @@ use std::time::Instant;
 
 /// Compiles the env named `name` (or the root module's only env).
 fn env_funcs(prog: &Program, overrides: &[Override], file: &Path, name: Option<&str>) -> Result<EnvFuncs, Failure> {
-    let names = env_names(prog);
-    let name = match (name, &names[..]) {
-        (Some(n), _) => n.to_string(),
-        (None, [only]) => only.clone(),
-        (None, []) => return Err(Failure::Message(format!("`{}` declares no `env`", file.display()))),
-        (None, _) => {
-            return Err(Failure::Message(format!(
-                "`{}` declares several envs ({}): choose one with `--env`",
-                file.display(),
-                names.join(", ")
-            )));
-        }
-    };
+    let name = pick_env(prog, file, name, "`--env`")?;
     build_env(prog, overrides, &name).map_err(|d| {
         emit_stderr(&prog.map, &[*d]);
         Failure::Reported

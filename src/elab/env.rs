@@ -35,6 +35,7 @@ use crate::syntax::span::Span;
 use crate::types::error::TypeError;
 use crate::types::{Dim, Ty};
 use std::collections::HashMap;
+use std::path::Path;
 
 /// The members an `env` may declare, for diagnostics.
 const MEMBERS: &str = "`observation`, `action` and `time_limit`";
@@ -405,6 +406,19 @@ pub fn build_env(prog: &Program, overrides: &[Override], name: &str) -> Result<E
 /// The root module's environments, in order (`podc sim` picks the only one by default).
 pub fn env_names(prog: &Program) -> Vec<String> {
     super::root_names(prog, |i| matches!(i, ast::Item::Env(_)))
+}
+
+/// The env `name`, else the file's only env; why not, naming `how` to choose one.
+pub fn pick_env(prog: &Program, file: &Path, name: Option<&str>, how: &str) -> Result<String, String> {
+    let names = env_names(prog);
+    match (name, &names[..]) {
+        (Some(n), _) => Ok(n.to_string()),
+        (None, [only]) => Ok(only.clone()),
+        (None, []) => Err(format!("`{}` declares no `env`", file.display())),
+        (None, _) => {
+            Err(format!("`{}` declares several envs ({}): choose one with {how}", file.display(), names.join(", ")))
+        }
+    }
 }
 
 fn no_env(prog: &Program, name: &str) -> Diag {

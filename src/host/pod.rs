@@ -10,7 +10,7 @@
 
 use super::{EnvSpec, HostEnv, HostError, StepOut};
 use crate::array::{Array, Data};
-use crate::driver::{build_env, env_names};
+use crate::driver::{build_env, pick_env};
 use crate::lower::stablehlo::lower_module;
 use crate::programs::env::host_keys_program;
 use crate::runtime::{Buffer, Client, Executable};
@@ -54,20 +54,8 @@ impl PodEnv {
         if !diags.is_empty() {
             return Err(HostError::Pod(crate::diag::render_plain(&prog.map, &diags)));
         }
-        let names = env_names(&prog);
-        let name = match (name, &names[..]) {
-            (Some(n), _) => n.to_string(),
-            (None, [only]) => only.clone(),
-            (None, []) => return Err(HostError::Pod(format!("`{}` declares no `env`", file.display()))),
-            (None, _) => {
-                return Err(HostError::Pod(format!(
-                    "`{}` declares several envs ({}): choose one with `pod:{}?env=NAME`",
-                    file.display(),
-                    names.join(", "),
-                    file.display()
-                )));
-            }
-        };
+        let how = format!("`pod:{}?env=NAME`", file.display());
+        let name = pick_env(&prog, file, name, &how).map_err(HostError::Pod)?;
         let env = build_env(&prog, &load.overrides, &name)
             .map_err(|d| HostError::Pod(crate::diag::render_plain(&prog.map, &[*d])))?;
         let obs = match env.info.observation.leaves().as_deref() {
