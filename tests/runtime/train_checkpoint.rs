@@ -113,8 +113,10 @@ fn sigkill_during_saves_never_tears_a_checkpoint() {
         fs::metadata(d.path().join(checkpoint::TENSORS_FILE)).unwrap().len()
     };
     for round in 0..20 {
+        // libtest names this test by its path below the test binary's crate.
+        let test = format!("{}::{TEST}", module_path!().split_once("::").expect("a module").1);
         let child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", TEST, "--nocapture", "--test-threads=1"])
+            .args(["--exact", &test, "--nocapture", "--test-threads=1"])
             .env(WRITER_DIR, dir.path())
             .env(WRITER_START, next_start.to_string())
             .stdout(Stdio::piped())
