@@ -1,0 +1,133 @@
+//! Random well-typed programs (see `common/generate.rs`) and the regressions they found go
+//! through the whole compiler: each must check, build without a panic, and compile to
+//! what the reference interpreter computes (see `common/oracle.rs`). The corpus is fixed
+//! (seeds `0..PROGRAMS`; the fast tier's first tenth), so a failure reproduces;
+//! `PODC_GEN_SEEDS=a..b` runs others, and the fuzz target `generated` explores further.
+
+use crate::common;
+use crate::tier;
+
+use common::generate::{Choices, program};
+use common::{client, oracle};
+use std::path::Path;
+
+const PROGRAMS: u64 = 2000;
+
+/// Seeds whose programs meet XLA's own limits, kept out of the corpus (a user's program
+/// could meet them too):
+/// - 311: XLA's CPU compiler does not finish (u8 arithmetic in loops and vmaps: LLVM's
+///   loop vectorizer recurses through `vputils::isUniformAcrossVFsAndUFs` for more than
+///   15 minutes);
+/// - 1380: `abs(c * c)` on i32 where `c * c` overflows: XLA's simplifier drops the `abs`
+///   of a square, which is right only without overflow, so the device is negative where
+///   the interpreter (and two's-complement arithmetic) is positive.
+const XLA_LIMITS: &[u64] = &[311, 1380];
+
+/// Why the program of `seed` fails, if it does.
+fn failure(seed: u64) -> Option<(String, String, bool, bool)> {
+    let p = std::panic::catch_unwind(|| program(&mut Choices::seeded(seed)))
+        .unwrap_or_else(|_| panic!("the generator panicked on seed {seed}"));
+    let agent = p.agent.as_ref().map(|(n, t, b)| (n.as_str(), *t, *b));
+    let outcome = std::panic::catch_unwind(|| oracle::check(client(), &p.source, p.env.as_deref(), agent, seed));
+    let err = match outcome {
+        Ok(Ok(())) => return None,
+        Ok(Err(e)) => e,
+        Err(panic) => {
+            let msg = panic.downcast_ref::<String>().cloned();
+            format!(
+                "panicked: {}",
+                msg.or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+            )
+        }
+    };
+    Some((err, p.source, p.env.is_some(), p.agent.is_some()))
+}
+
+#[test]
+fn generated_programs_compile_to_what_the_interpreter_computes() {
+    let range = match std::env::var("PODC_GEN_SEEDS") {
+        Ok(r) => {
+            let (a, b) = r.split_once("..").expect("PODC_GEN_SEEDS is a range a..b");
+            a.parse().expect("a number")..b.parse().expect("a number")
+        }
+        // The fast tier runs a tenth of the corpus.
+        Err(_) if tier::fast() => 0..PROGRAMS / 10,
+        Err(_) => 0..PROGRAMS,
+    };
+    // Two threads, one client: compiling dominates, and XLA compiles on the calling thread.
+    let seeds: Vec<u64> = range.clone().filter(|s| !XLA_LIMITS.contains(s)).collect();
+    let mut failures: Vec<(u64, String, String)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = seeds
+            .chunks(seeds.len().div_ceil(2).max(1))
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk.iter().filter_map(|&s| failure(s).map(|(e, src, ..)| (s, e, src))).collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().expect("a worker's panics are caught")).collect()
+    });
+    failures.sort_by_key(|f| f.0);
+    let n = range.end - range.start;
+    if let Some((seed, err, source)) = failures.first() {
+        let summary: Vec<String> =
+            failures.iter().map(|(s, e, _)| format!("  seed {s}: {}", e.lines().next().unwrap_or_default())).collect();
+        panic!(
+            "{} of {n} programs failed:\n{}\nthe first, seed {seed}: {err}\n----- program\n{source}",
+            failures.len(),
+            summary.join("\n")
+        );
+    }
+    // The corpus reaches every construct, and envs and agents, not only functions.
+    if n >= 1000 {
+        let made: Vec<_> = range.map(|s| program(&mut Choices::seeded(s))).collect();
+        let envs = made.iter().filter(|p| p.env.is_some()).count() as u64;
+        let agents = made.iter().filter(|p| p.agent.is_some()).count() as u64;
+        assert!(envs * 20 > n && agents * 40 > n, "{envs} envs and {agents} agents in {n} programs");
+        let boxes = made.iter().filter(|p| p.source.contains("action: box(")).count() as u64;
+        assert!(boxes * 40 > n, "only {boxes} of {n} programs have an env with `box` actions");
+        for what in ["fn initial_carry", "fn auto_reset"] {
+            let count = made.iter().filter(|p| p.source.contains(what)).count() as u64;
+            assert!(count * 80 > n, "only {count} of {n} programs have `{what}`");
+        }
+        let batch_of_structs = |src: &str| {
+            src.split('S').skip(1).any(|w| w.trim_start_matches(|c: char| c.is_ascii_digit()).starts_with('['))
+        };
+        for (what, has) in [
+            ("vmap", &(|src: &str| src.contains("vmap(")) as &dyn Fn(&str) -> bool),
+            ("grad", &|src: &str| src.contains("grad(")),
+            ("for", &|src: &str| src.contains(" carry ")),
+            ("size generics", &|src: &str| src.contains("<N>")),
+            ("batches of structs", &batch_of_structs),
+            ("u8", &|src: &str| src.contains("u8")),
+        ] {
+            let count = made.iter().filter(|p| has(&p.source)).count() as u64;
+            assert!(count * 10 > n, "only {count} of {n} programs use {what}");
+        }
+    }
+}
+
+/// Programs that once failed, kept as they were found (`tests/regressions/*.pod`); each
+/// names its env and agent, if any, in a first line `// env E, agent A T B`.
+#[test]
+fn regressions_compile_to_what_the_interpreter_computes() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/regressions");
+    let mut n = 0;
+    for entry in std::fs::read_dir(&dir).expect("tests/regressions exists") {
+        let path = entry.expect("readable").path();
+        if path.extension().is_none_or(|e| e != "pod") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).expect("readable");
+        let header = src.lines().next().unwrap_or_default();
+        let words: Vec<&str> = header.trim_start_matches("//").split([',', ' ']).filter(|w| !w.is_empty()).collect();
+        let env = words.iter().position(|w| *w == "env").map(|i| words[i + 1]);
+        let agent = words
+            .iter()
+            .position(|w| *w == "agent")
+            .map(|i| (words[i + 1], words[i + 2].parse().expect("steps"), words[i + 3].parse().expect("envs")));
+        oracle::check(client(), &src, env, agent, 7).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        n += 1;
+    }
+    assert!(n > 0, "no regressions in {}", dir.display());
+}
