@@ -2,7 +2,7 @@
 //! functions ([`fixtures`]) that together exercise every kind of lowering: plain ops,
 //! regions (reduce, argmax, scatter), NaN-propagating max, dynamic indexing, gather and
 //! scatter, and loops with constants and carries, nested. Review a changed snapshot by reading it: the text is
-//! what the plugin compiles. (`tests/prims.rs` runs lowered code on the device.)
+//! what the plugin compiles. (`tests/compiler/prims.rs` runs lowered code on the device.)
 
 use crate::array::{Array, ArrayTy, DType};
 use crate::ir::eval::eval_func;

@@ -8,7 +8,7 @@
 //! lowering emits the one StableHLO op (f32 max and min excepted, see `lower_binary`).
 //!
 //! The scalar functions follow XLA on CPU, the device the results are checked against
-//! (`tests/prims.rs` compares them bit for bit):
+//! (`tests/compiler/prims.rs` compares them bit for bit):
 //! - integer arithmetic wraps; `x / 0` is all ones (`-1`, `u32::MAX`, or 255) and `x % 0`
 //!   is `x`; `i32::MIN / -1` is `i32::MIN` and `i32::MIN % -1` is 0;
 //! - shifts by the bit width or more (amounts read as unsigned) give 0;

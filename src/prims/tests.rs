@@ -1,5 +1,5 @@
 //! Unit tests of the primitives' rules: evaluation on small inputs with hand-computed
-//! results, and the type rules' errors. (`tests/prims.rs` checks evaluation against the
+//! results, and the type rules' errors. (`tests/compiler/prims.rs` checks evaluation against the
 //! device; these pin down the intended semantics on their own.)
 
 use super::*;

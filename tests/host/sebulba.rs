@@ -107,7 +107,7 @@ fn resume_continues_from_the_learner_checkpoint() {
 
 /// SIGTERM (Slurm's warning) mid-run: the actors and the learner stop within 10 s, with a
 /// checkpoint to resume from. (A resumed Sebulba run restarts its host envs, so it is not
-/// the uninterrupted run; Anakin's is, see `tests/train.rs`.)
+/// the uninterrupted run; Anakin's is, see `tests/runtime/train.rs`.)
 #[test]
 fn sigterm_stops_a_sebulba_run_checkpointed() {
     let dir = tempfile::tempdir().unwrap();
