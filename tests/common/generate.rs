@@ -1,5 +1,5 @@
 //! A generator of random well-typed `.pod` programs, to find the compiler's panics and
-//! miscompilations before users do (`tests/generated.rs` runs a fixed corpus; the fuzz
+//! miscompilations before users do (`tests/compiler/generated.rs` runs a fixed corpus; the fuzz
 //! target `generated` drives it from libFuzzer's bytes).
 //!
 //! Programs are typed by construction: every expression is generated for a type it must

@@ -201,7 +201,7 @@ fn cases() -> Vec<Case> {
     cs.push(case("max tie", vec![f32s(&[3])], |b, v| b.prim1(binary(BinaryOp::Max), &[v[0], v[0]])));
     cs.push(prim("Select", Prim::Select(Select), vec![Gen::Bool(vec![2, 3]), f32s(&[2, 3]), f32s(&[2, 3])]));
     cs.push(prim("Convert f32", Prim::Convert(Convert { to: DType::F32 }), vec![f32s(&[4])]));
-    // collectives: one replica here (tests/collective.rs runs two against jax.pmap)
+    // collectives: one replica here (tests/compiler/collective.rs runs two against jax.pmap)
     for op in [AllReduceOp::Sum, AllReduceOp::Mean] {
         cs.push(prim(format!("{op:?} across replicas"), Prim::AllReduce(AllReduce { op }), vec![f32s(&[2, 3])]));
     }

@@ -7,7 +7,7 @@
 //! Integers, bools and keys must match exactly. The device's floats must be within 1 ulp
 //! of jax's (they are identical: XLA compiles the same operations as for jax). The
 //! interpreter's may differ a little where XLA computes differently by design (see
-//! `tests/prims.rs`): XLA's CPU backend fuses a multiply and an add into one rounding
+//! `tests/compiler/prims.rs`): XLA's CPU backend fuses a multiply and an add into one rounding
 //! (`u * (hi - lo) + lo`, `erf_inv`'s polynomial) and has its own `log`, so an
 //! interpreted draw is within 4 ulp of `max(|value|, 1)` (measured on 20000 draws each of
 //! `normal`, `gumbel` and `uniform(k, s, -3.0, 7.0)`: 2). The draws of keys known at

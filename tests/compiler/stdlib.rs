@@ -186,7 +186,7 @@ fn layers_and_their_gradients_match_jax() {
 /// parameters their initialisers draw: orthogonal kernels judged as `orthogonal` is (their
 /// Q factors round differently), so the features too, relative to the largest. On PJRT
 /// only: the interpreter's convolutions and products are plain loops, minutes at these
-/// sizes; tests/conv.rs checks every convolution rule on both engines.
+/// sizes; tests/compiler/conv.rs checks every convolution rule on both engines.
 #[test]
 fn atari_networks_match_flax() {
     let doc = fixture("nn");

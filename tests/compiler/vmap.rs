@@ -15,7 +15,7 @@
 //!    runs), nested loops, and reads and writes at batched dynamic indices;
 //! 3. all the batched functions of (1) and (2) in ONE module compiled by the PJRT CPU
 //!    plugin (one compile keeps XLA's time small), against the interpreter on the same
-//!    batched functions, within `tests/prims.rs`'s tolerances.
+//!    batched functions, within `tests/compiler/prims.rs`'s tolerances.
 
 use crate::common;
 

@@ -20,7 +20,7 @@
 //!
 //! `reset` and `raw_step` compile once per test process. The auto-resetting step runs in
 //! the interpreter only: everything it is made of (the key split, the env's step, reset
-//! and observe) runs on PJRT in the other checks, `tests/env_catch.rs` runs the auto-reset
+//! and observe) runs on PJRT in the other checks, `tests/envs/env_catch.rs` runs the auto-reset
 //! derivation on PJRT, and compiling it here would more than double the XLA time (0.6 s
 //! against 0.25 s for `raw_step` on an idle 2-core machine).
 

@@ -24,7 +24,7 @@
 //! by op, make XLA slow to compile them on a 2-core machine (the step: about 1.1 s idle
 //! and 2.5 s or more under load, against 0.25 s for `raw_step`), while everything they
 //! are made of (the splits and draws, the env's step, reset and observe) runs on PJRT in
-//! the other checks, and `tests/env_catch.rs` runs the auto-reset derivation on PJRT.
+//! the other checks, and `tests/envs/env_catch.rs` runs the auto-reset derivation on PJRT.
 
 use crate::common;
 

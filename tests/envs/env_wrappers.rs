@@ -4,7 +4,7 @@
 //! reset; `NormalizeObservation` (`examples/cartpole_normalized.pod`) must step as CartPole
 //! does, add every observation to its statistics (kept across episodes by `auto_reset`)
 //! and standardise with them; and compiled, both must agree with the interpreter as every
-//! env does. The statistics themselves are checked against Gymnasium in tests/stdlib.rs.
+//! env does. The statistics themselves are checked against Gymnasium in tests/compiler/stdlib.rs.
 
 use crate::common;
 

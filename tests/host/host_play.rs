@@ -6,7 +6,7 @@
 //! and checked here. Envs that cannot draw, and envs of other spaces, are clear errors.
 //! The EnvPool test is ignored (its first run installs EnvPool).
 //!
-//! The Python tests use the cache venv made by podc's own code (as tests/host.rs does),
+//! The Python tests use the cache venv made by podc's own code (as tests/host/host.rs does),
 //! with pygame for Gymnasium's drawing, whatever `PODC_PYTHON` or `VIRTUAL_ENV` say.
 
 use crate::tier;
@@ -260,7 +260,8 @@ fn play_draws_cartpole_with_gymnasiums_own_frames() {
 }
 
 /// Ignored because its first run installs EnvPool (~850 MB) into the cache venv, as
-/// tests/host.rs's EnvPool test: `cargo test --test host_play -- --ignored envpool`.
+/// tests/host/host.rs's EnvPool test:
+/// `cargo test --test host -- --ignored host_play::eval_and_play_cartpole_through_envpool`.
 #[test]
 #[ignore]
 fn eval_and_play_cartpole_through_envpool() {
