@@ -1,5 +1,5 @@
 //! `cargo fuzz run generated`: libFuzzer's bytes choose a random well-typed program (the
-//! generator of `tests/generated.rs`), which must check, build without a panic, and
+//! generator of `tests/compiler/generated.rs`), which must check, build without a panic, and
 //! compile (through the PJRT CPU plugin) to what the reference interpreter computes.
 #![no_main]
 

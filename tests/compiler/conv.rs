@@ -349,20 +349,28 @@ fn exhaustive_small_geometries_match_jax() {
         .iter()
         .flat_map(|(kind, cases, want, chunks)| chunks.iter().map(move |c| (*kind, &cases[..], &want[..], &c[..])))
         .collect();
-    let failures: Vec<String> = std::thread::scope(|scope| {
+    // Each thread takes the next chunk when it is done with one (a pooling chunk costs
+    // about twice a convolution chunk), so that both stay busy to the end.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut failures: Vec<(usize, String)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..2)
-            .map(|w| {
-                let jobs = &jobs;
-                scope.spawn(move || {
-                    jobs.iter()
-                        .skip(w)
-                        .step_by(2)
-                        .flat_map(|&(k, cases, want, c)| check_chunk(k, cases, c, want))
-                        .collect::<Vec<_>>()
+            .map(|_| {
+                scope.spawn(|| {
+                    std::iter::from_fn(|| {
+                        let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        jobs.get(j).map(|job| (j, job))
+                    })
+                    .flat_map(|(j, &(k, cases, want, c))| {
+                        check_chunk(k, cases, c, want).into_iter().map(move |f| (j, f))
+                    })
+                    .collect::<Vec<_>>()
                 })
             })
             .collect();
         workers.into_iter().flat_map(|w| w.join().expect("a worker")).collect()
     });
+    // In the order of the jobs, as one thread would have found them.
+    failures.sort_by_key(|(j, _)| *j);
+    let failures: Vec<String> = failures.into_iter().map(|(_, f)| f).collect();
     assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures[..failures.len().min(20)].join("\n"));
 }

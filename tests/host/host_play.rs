@@ -260,7 +260,8 @@ fn play_draws_cartpole_with_gymnasiums_own_frames() {
 }
 
 /// Ignored because its first run installs EnvPool (~850 MB) into the cache venv, as
-/// tests/host/host.rs's EnvPool test: `cargo test --test host -- --ignored envpool`.
+/// tests/host/host.rs's EnvPool test:
+/// `cargo test --test host -- --ignored host_play::eval_and_play_cartpole_through_envpool`.
 #[test]
 #[ignore]
 fn eval_and_play_cartpole_through_envpool() {
