@@ -36,7 +36,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 pub use cache::{CacheStatus, CompileCache};
-pub use pjrt::{ApiVersion, Buffer, Client, ClientOptions, Device, Executable};
+pub use pjrt::{ApiVersion, Buffer, Client, ClientOptions, Device, Executable, XlaOption};
 
 /// Everything that can go wrong in the runtime. None of these is a panic: a bad plugin,
 /// a failed install, a program XLA rejects and a misuse of the API all end up here.

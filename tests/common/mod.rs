@@ -12,7 +12,7 @@ pub mod rng;
 
 use podracer::array::{Array, Data};
 use podracer::driver::{self, Entry};
-use podracer::runtime::{Client, Runtime};
+use podracer::runtime::{Client, Runtime, XlaOption};
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -23,6 +23,20 @@ pub fn client() -> &'static Client {
     CLIENT.get_or_init(|| match Runtime::open(None, Some(2)) {
         Ok(c) => c,
         Err(e) => panic!("the runtime tests need the PJRT CPU plugin: {e}"),
+    })
+}
+
+/// The process's client compiling for speed of compiling (XLA's older fusion emitters,
+/// LLVM at -O0), which more than halves the compile time of small programs. For the
+/// large corpora (generated programs, every conv geometry), which check podc's lowering:
+/// these options leave the operations the code runs as they are.
+pub fn quick_client() -> &'static Client {
+    static QUICK: OnceLock<Client> = OnceLock::new();
+    QUICK.get_or_init(|| {
+        client().clone().with_xla_options(&[
+            ("xla_cpu_use_fusion_emitters", XlaOption::Bool(false)),
+            ("xla_backend_optimization_level", XlaOption::Int(0)),
+        ])
     })
 }
 

@@ -13,6 +13,7 @@ use podracer::array::{Array, DType, Data};
 use podracer::driver;
 use podracer::elab::env::build_env;
 use podracer::ir::Func;
+use podracer::ir::build::Builder;
 use podracer::ir::eval::eval_func;
 use podracer::lower::stablehlo::lower_module;
 use podracer::programs::anakin::{DeviceShape, anakin_programs};
@@ -84,11 +85,44 @@ pub fn run_compiled(client: &Client, f: &Func, args: &[Array]) -> Result<Vec<Arr
     out.iter().map(|b| b.download().map_err(|e| e.to_string())).collect()
 }
 
-/// `f` against the interpreter on `args`.
-fn agrees(client: &Client, f: &Func, args: &[Array]) -> Result<Vec<Array>, String> {
-    let host = eval_func(f, args);
-    close(&f.name, &host, &run_compiled(client, f, args)?)?;
-    Ok(host)
+/// A compiled check: `func` on `args` must give `want`, what the interpreter computes.
+pub struct Case {
+    pub func: Func,
+    pub args: Vec<Array>,
+    pub want: Vec<Array>,
+}
+
+impl Case {
+    fn new(func: Func, args: Vec<Array>) -> Case {
+        let want = eval_func(&func, &args);
+        Case { func, args, want }
+    }
+
+    /// The case compiled alone.
+    pub fn run(&self, client: &Client) -> Result<(), String> {
+        close(&self.func.name, &self.want, &run_compiled(client, &self.func, &self.args)?)
+    }
+}
+
+/// The failures among `cases` (index and message), compiled as one program (compiling
+/// costs XLA a fixed part per program). Where the whole fails, each case is compiled
+/// alone, so that a failure names its own case.
+pub fn run_together(client: &Client, cases: &[Case]) -> Vec<(usize, String)> {
+    let mut b = Builder::new();
+    let mut params = vec![];
+    let mut results = vec![];
+    for c in cases {
+        let ps: Vec<_> = c.func.param_types().iter().map(|t| b.fresh(t.clone())).collect();
+        results.extend(b.inline(&c.func, &ps));
+        params.extend(ps);
+    }
+    let together = b.finish("cases", params, results);
+    let args: Vec<Array> = cases.iter().flat_map(|c| c.args.iter().cloned()).collect();
+    let want: Vec<Array> = cases.iter().flat_map(|c| c.want.iter().cloned()).collect();
+    if run_compiled(client, &together, &args).and_then(|got| close("cases", &want, &got)).is_ok() {
+        return vec![];
+    }
+    cases.iter().enumerate().filter_map(|(i, c)| c.run(client).err().map(|e| (i, e))).collect()
 }
 
 /// `n` examples stacked along a new leading axis.
@@ -116,8 +150,8 @@ fn stack(xs: &[Array]) -> Array {
 }
 
 /// `f` batched over `n` examples (every parameter batched) equals `f` on each, in the
-/// interpreter; with a client, the batched function compiled agrees too.
-fn batched_agrees(client: Option<&Client>, f: &Func, examples: &[Vec<Array>]) -> Result<(), String> {
+/// interpreter; the batched function and its arguments, to compile.
+fn batched_agrees(f: &Func, examples: &[Vec<Array>]) -> Result<Case, String> {
     let n = examples.len();
     let batched = vmap(f, &vec![true; f.graph.params.len()], n);
     podracer::ir::verify::verify(&batched).map_err(|e| format!("vmap of {}: {e}", f.name))?;
@@ -128,10 +162,7 @@ fn batched_agrees(client: Option<&Client>, f: &Func, examples: &[Vec<Array>]) ->
         (0..f.graph.params.len()).map(|p| stack(&examples.iter().map(|a| a[p].clone()).collect::<Vec<_>>())).collect();
     let got = eval_func(&batched, &args);
     close(&format!("vmap of {} against a loop", f.name), &want, &got)?;
-    if let Some(client) = client {
-        close(&format!("vmap of {}", f.name), &got, &run_compiled(client, &batched, &args)?)?;
-    }
-    Ok(())
+    Ok(Case { func: Func { name: format!("vmap of {}", f.name), ..batched }, args, want: got })
 }
 
 /// Runs every check on a program's source; `Err` says what failed.
@@ -142,18 +173,34 @@ pub fn check(
     agent: Option<(&str, usize, usize)>,
     seed: u64,
 ) -> Result<(), String> {
+    let cases = cases(source, env, agent, seed)?;
+    match run_together(client, &cases).into_iter().next() {
+        Some((_, e)) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The checks of a program's source that need no device (`Err` says what failed), and
+/// the cases left for the device.
+pub fn cases(
+    source: &str,
+    env: Option<&str>,
+    agent: Option<(&str, usize, usize)>,
+    seed: u64,
+) -> Result<Vec<Case>, String> {
     let (prog, diags) = driver::check_source("generated.pod", source, None);
     if !diags.is_empty() {
         return Err(format!("does not check:\n{}", podracer::diag::render_plain(&prog.map, &diags)));
     }
     let render = |d: &podracer::diag::Diag| podracer::diag::render_plain(&prog.map, std::slice::from_ref(d));
     let mut inputs = Inputs(seed);
+    let mut cases = vec![];
     if prog.root_fn("main").is_some() {
         let e = driver::build(&prog, &[], "main").map_err(|d| format!("main does not build:\n{}", render(&d)))?;
         let args = inputs.args(&e.func);
-        agrees(client, &e.func, &args)?;
         let examples: Vec<Vec<Array>> = (0..2).map(|_| inputs.args(&e.func)).collect();
-        batched_agrees(None, &e.func, &examples)?;
+        batched_agrees(&e.func, &examples)?;
+        cases.push(Case::new(e.func, args));
     }
     if let Some(name) = env {
         let env = build_env(&prog, &[], name).map_err(|d| format!("env does not build:\n{}", render(&d)))?;
@@ -170,8 +217,8 @@ pub fn check(
                 out
             })
             .collect();
-        agrees(client, &env.step, &states[0])?;
-        batched_agrees(Some(client), &env.step, &states)?;
+        cases.push(batched_agrees(&env.step, &states)?);
+        cases.push(Case::new(env.step, states.into_iter().next().expect("three states")));
     }
     if let Some((name, steps, envs)) = agent {
         let run = RunShape { envs, rollout: steps, updates_per_call: 2, devices: 1, seeds: 1 };
@@ -179,8 +226,7 @@ pub fn check(
             agent_and_env(&prog, &[], name, run).map_err(|d| format!("agent does not build:\n{}", render(&d)))?;
         let p = anakin_programs(&prog, &a, &e, DeviceShape { envs, steps, updates: 2 });
         let state = eval_func(&p.init, &[podracer::io::seed_key(seed as i64), Array::i32(vec![], vec![0])]);
-        let host = eval_func(&p.train, &state);
-        close("anakin train", &host, &run_compiled(client, &p.train, &state)?)?;
+        cases.push(Case::new(Func { name: "anakin train".into(), ..p.train }, state));
     }
-    Ok(())
+    Ok(cases)
 }

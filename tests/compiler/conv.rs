@@ -13,7 +13,7 @@
 use crate::common;
 use crate::tier;
 
-use common::client;
+use common::{client, quick_client};
 use podracer::array::{Array, Data};
 use podracer::driver::{self, Entry};
 use serde_json::Value;
@@ -301,7 +301,7 @@ fn check_chunk(kind: &str, cases: &[Case], chunk: &[usize], want: &[Value]) -> V
     src.push_str(&format!("fn main({}) -> ({}) {{ ({}) }}\n", params.join(", "), out_tys.join(", "), outs.join(", ")));
     let e = build(&src);
     let host = driver::eval(&e, &args);
-    let dev = podracer::cli::run_on_device(client(), &e, &args).expect("runs on the device");
+    let dev = podracer::cli::run_on_device(quick_client(), &e, &args).expect("runs on the device");
     let per_case = if conv { 3 } else { 2 };
     for (j, &i) in chunk.iter().enumerate() {
         let name = case_name(&cases[i]);
@@ -328,7 +328,7 @@ fn check_chunk(kind: &str, cases: &[Case], chunk: &[usize], want: &[Value]) -> V
 /// the gradients with respect to image and kernel, compiles on the CPU plugin and gives
 /// exactly what the interpreter and JAX give (integer data makes every result exact;
 /// JAX's results are checksums, `gen_exhaustive.py`). Programs of 250 cases, compiled on
-/// two threads (one client): XLA's compile is the time.
+/// two threads (one client, compiling quickly): XLA's compile is the time.
 #[test]
 fn exhaustive_small_geometries_match_jax() {
     if tier::slow("every small conv geometry") {

@@ -8,10 +8,13 @@ use crate::common;
 use crate::tier;
 
 use common::generate::{Choices, program};
-use common::{client, oracle};
+use common::{client, oracle, quick_client};
 use std::path::Path;
 
 const PROGRAMS: u64 = 2000;
+
+/// Programs whose compiled checks are compiled as one.
+const GROUP: usize = 8;
 
 /// Seeds whose programs meet XLA's own limits, kept out of the corpus (a user's program
 /// could meet them too):
@@ -23,24 +26,39 @@ const PROGRAMS: u64 = 2000;
 ///   the interpreter (and two's-complement arithmetic) is positive.
 const XLA_LIMITS: &[u64] = &[311, 1380];
 
-/// Why the program of `seed` fails, if it does.
-fn failure(seed: u64) -> Option<(String, String, bool, bool)> {
-    let p = std::panic::catch_unwind(|| program(&mut Choices::seeded(seed)))
-        .unwrap_or_else(|_| panic!("the generator panicked on seed {seed}"));
-    let agent = p.agent.as_ref().map(|(n, t, b)| (n.as_str(), *t, *b));
-    let outcome = std::panic::catch_unwind(|| oracle::check(client(), &p.source, p.env.as_deref(), agent, seed));
-    let err = match outcome {
-        Ok(Ok(())) => return None,
-        Ok(Err(e)) => e,
-        Err(panic) => {
-            let msg = panic.downcast_ref::<String>().cloned();
-            format!(
-                "panicked: {}",
-                msg.or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
-            )
+/// A panic's message.
+fn panic_message(panic: Box<dyn std::any::Any + Send>) -> String {
+    let msg = panic.downcast_ref::<String>().cloned();
+    format!("panicked: {}", msg.or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default())
+}
+
+/// The failures among the programs of `seeds` (seed, what failed, the source). Their
+/// compiled checks are compiled together (`oracle::run_together`).
+fn failures(seeds: &[u64]) -> Vec<(u64, String, String)> {
+    let mut failed = vec![];
+    let mut cases = vec![];
+    let mut owners = vec![];
+    for &seed in seeds {
+        let p = std::panic::catch_unwind(|| program(&mut Choices::seeded(seed)))
+            .unwrap_or_else(|_| panic!("the generator panicked on seed {seed}"));
+        let agent = p.agent.as_ref().map(|(n, t, b)| (n.as_str(), *t, *b));
+        match std::panic::catch_unwind(|| oracle::cases(&p.source, p.env.as_deref(), agent, seed)) {
+            Ok(Ok(cs)) => {
+                owners.extend(cs.iter().map(|_| (seed, p.source.clone())));
+                cases.extend(cs);
+            }
+            Ok(Err(e)) => failed.push((seed, e, p.source)),
+            Err(panic) => failed.push((seed, panic_message(panic), p.source)),
         }
-    };
-    Some((err, p.source, p.env.is_some(), p.agent.is_some()))
+    }
+    match std::panic::catch_unwind(|| oracle::run_together(quick_client(), &cases)) {
+        Ok(fs) => failed.extend(fs.into_iter().map(|(i, e)| (owners[i].0, e, owners[i].1.clone()))),
+        Err(panic) => {
+            let e = panic_message(panic);
+            failed.extend(seeds.iter().map(|&s| (s, e.clone(), program(&mut Choices::seeded(s)).source)));
+        }
+    }
+    failed
 }
 
 #[test]
@@ -55,16 +73,17 @@ fn generated_programs_compile_to_what_the_interpreter_computes() {
         Err(_) => 0..PROGRAMS,
     };
     // Two threads, one client: compiling dominates, and XLA compiles on the calling thread.
-    // Each thread takes the next seed when it is done with one, so that both stay busy to
-    // the end (programs differ a lot in cost).
+    // Each thread takes the next few seeds when it is done with some, so that both stay
+    // busy to the end (programs differ a lot in cost).
     let seeds: Vec<u64> = range.clone().filter(|s| !XLA_LIMITS.contains(s)).collect();
+    let groups: Vec<&[u64]> = seeds.chunks(GROUP).collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut failures: Vec<(u64, String, String)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..2)
             .map(|_| {
                 scope.spawn(|| {
-                    std::iter::from_fn(|| seeds.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)))
-                        .filter_map(|&s| failure(s).map(|(e, src, ..)| (s, e, src)))
+                    std::iter::from_fn(|| groups.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)))
+                        .flat_map(|g| failures(g))
                         .collect::<Vec<_>>()
                 })
             })

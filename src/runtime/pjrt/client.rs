@@ -19,6 +19,15 @@ pub struct ClientOptions {
     pub cpu_device_count: Option<usize>,
 }
 
+/// A value of an XLA debug option (what `XLA_FLAGS` sets), given to each compile in
+/// its options' `env_option_overrides`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum XlaOption {
+    Bool(bool),
+    Int(i64),
+    Str(String),
+}
+
 /// A PJRT C API version, printed as `major.minor` (e.g. `0.106`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ApiVersion {
@@ -60,6 +69,8 @@ pub struct Client {
     devices: Vec<Device>,
     /// Where compiled executables are kept between runs; none by default.
     cache: Option<Arc<CompileCache>>,
+    /// XLA debug options for every compile, by name (`xla_backend_optimization_level`).
+    xla_options: Vec<(String, XlaOption)>,
 }
 
 impl fmt::Debug for Client {
@@ -96,13 +107,21 @@ impl Client {
                 description: info.description.clone(),
             })
             .collect();
-        Ok(Client { handle, plugin: plugin.to_path_buf(), devices, cache: None })
+        Ok(Client { handle, plugin: plugin.to_path_buf(), devices, cache: None, xla_options: vec![] })
     }
 
     /// This client with a persistent compilation cache (or, with `None`, without one).
     /// Clones share the plugin's client but each has its own cache setting.
     pub fn with_compile_cache(mut self, cache: Option<CompileCache>) -> Client {
         self.cache = cache.map(Arc::new);
+        self
+    }
+
+    /// This client with XLA debug options for every compile, as `XLA_FLAGS` would set them
+    /// but for this client only. The plugin rejects a name it does not know when it
+    /// compiles. Clones share the plugin's client but each has its own options.
+    pub fn with_xla_options(mut self, options: &[(&str, XlaOption)]) -> Client {
+        self.xla_options = options.iter().map(|(name, value)| (name.to_string(), value.clone())).collect();
         self
     }
 
@@ -153,7 +172,7 @@ impl Client {
             }
             ids.push(i64::from(device.id));
         }
-        let options = compile_options(&ids);
+        let options = compile_options(&ids, &self.xla_options);
         let Some(cache) = &self.cache else {
             return Ok(Executable { handle: self.handle.compile(mlir, &options)?, cache: CacheStatus::Off });
         };
@@ -284,9 +303,10 @@ impl Executable {
 
 /// A serialized `xla.CompileOptionsProto` with `executable_build_options` holding
 /// `num_replicas` = number of ids, `num_partitions` = 1 and a `device_assignment` placing
-/// replica `r` on device id `device_ids[r]`. The plugin aborts the process on empty
-/// options, so both counts are always set.
-fn compile_options(device_ids: &[i64]) -> Vec<u8> {
+/// replica `r` on device id `device_ids[r]`, and `env_option_overrides` holding
+/// `xla_options`. The plugin aborts the process on empty options, so both counts are
+/// always set.
+fn compile_options(device_ids: &[i64], xla_options: &[(String, XlaOption)]) -> Vec<u8> {
     let replicas = device_ids.len() as u64;
     // DeviceAssignmentProto.ComputationDevice: replica_device_ids = 1 (repeated int64)
     let mut computation = Vec::new();
@@ -308,6 +328,20 @@ fn compile_options(device_ids: &[i64]) -> Vec<u8> {
     // CompileOptionsProto: executable_build_options = 3
     let mut options = Vec::new();
     put_bytes_field(&mut options, 3, &build);
+    // env_option_overrides = 7, a map: entries of key = 1 and an OptionOverrideProto
+    // value = 2 (string_field = 1, bool_field = 2, int_field = 3).
+    for (name, value) in xla_options {
+        let mut value_proto = Vec::new();
+        match value {
+            XlaOption::Str(s) => put_bytes_field(&mut value_proto, 1, s.as_bytes()),
+            XlaOption::Bool(b) => put_varint_field(&mut value_proto, 2, u64::from(*b)),
+            XlaOption::Int(i) => put_varint_field(&mut value_proto, 3, *i as u64),
+        }
+        let mut entry = Vec::new();
+        put_bytes_field(&mut entry, 1, name.as_bytes());
+        put_bytes_field(&mut entry, 2, &value_proto);
+        put_bytes_field(&mut options, 7, &entry);
+    }
     options
 }
 
@@ -352,15 +386,19 @@ mod tests {
         // The measured minimum (`1a 04 20 01 28 01`) followed, inside the build options,
         // by the device assignment: replica_count 1, computation_count 1, devices [0].
         assert_eq!(
-            compile_options(&[0]),
+            compile_options(&[0], &[]),
             [0x1a, 0x0e, 0x20, 0x01, 0x28, 0x01, 0x4a, 0x08, 0x08, 0x01, 0x10, 0x01, 0x1a, 0x02, 0x08, 0x00]
         );
         assert_eq!(
-            compile_options(&[0, 1]),
+            compile_options(&[0, 1], &[]),
             [
                 0x1a, 0x10, 0x20, 0x02, 0x28, 0x01, 0x4a, 0x0a, 0x08, 0x02, 0x10, 0x01, 0x1a, 0x04, 0x08, 0x00, 0x08,
                 0x01
             ]
         );
+        // Then one map entry per option: key "o", OptionOverrideProto { int_field: 2 }.
+        let with = compile_options(&[0], &[("o".into(), XlaOption::Int(2))]);
+        assert_eq!(with[..16], compile_options(&[0], &[])[..]);
+        assert_eq!(with[16..], [0x3a, 0x07, 0x0a, 0x01, b'o', 0x12, 0x02, 0x18, 0x02]);
     }
 }

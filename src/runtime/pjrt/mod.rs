@@ -11,4 +11,4 @@ mod client;
 mod ffi;
 
 pub use buffer::Buffer;
-pub use client::{ApiVersion, Client, ClientOptions, Device, Executable};
+pub use client::{ApiVersion, Client, ClientOptions, Device, Executable, XlaOption};
