@@ -55,7 +55,8 @@ fn failures(seeds: &[u64]) -> Vec<(u64, String, String)> {
         Ok(fs) => failed.extend(fs.into_iter().map(|(i, e)| (owners[i].0, e, owners[i].1.clone()))),
         Err(panic) => {
             let e = panic_message(panic);
-            failed.extend(seeds.iter().map(|&s| (s, e.clone(), program(&mut Choices::seeded(s)).source)));
+            owners.dedup_by_key(|o| o.0);
+            failed.extend(owners.into_iter().map(|(s, src)| (s, e.clone(), src)));
         }
     }
     failed
