@@ -21,6 +21,7 @@
 
 pub mod animation;
 pub mod array;
+pub mod binding;
 pub mod cli;
 pub mod diag;
 pub mod driver;

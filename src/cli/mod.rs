@@ -529,10 +529,18 @@ fn check(files: &[PathBuf], opts: &LoadOptions) -> Result<(), Failure> {
 
 /// Loads and checks `file`, printing diagnostics; only a clean program comes back.
 fn load(file: &Path, opts: &LoadOptions) -> Result<Program, Failure> {
-    let (prog, diags) = driver::check_file_with(file, opts)?;
+    load_noted(file, opts, None)
+}
+
+/// [`load`], with `note` added to each diagnostic (where the values of some consts came from).
+fn load_noted(file: &Path, opts: &LoadOptions, note: Option<&str>) -> Result<Program, Failure> {
+    let (prog, mut diags) = driver::check_file_with(file, opts)?;
     if diags.is_empty() {
         Ok(prog)
     } else {
+        for d in diags.iter_mut() {
+            d.notes.extend(note.map(str::to_string));
+        }
         emit_stderr(&prog.map, &diags);
         let n = diags.len();
         eprintln!(

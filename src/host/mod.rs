@@ -252,14 +252,7 @@ pub fn open(uri: &str, opts: &Options, client: Option<&Client>) -> Result<Box<dy
     match uri.backend {
         Backend::Gymnasium | Backend::EnvPool | Backend::Ale => Ok(Box::new(pool::WorkerPool::start(&uri, opts)?)),
         Backend::Pod => {
-            let file = PathBuf::from(&uri.id);
-            let mut env_name = None;
-            for (k, v) in &uri.kwargs {
-                match (k.as_str(), v) {
-                    ("env", KwValue::Str(name)) => env_name = Some(name.clone()),
-                    _ => return Err(HostError::Uri(format!("`{uri}`: `pod:` URIs take only `?env=NAME`"))),
-                }
-            }
+            let (file, env_name) = pod_target(&uri)?;
             let owned;
             let client = match client {
                 Some(c) => c,
@@ -273,8 +266,26 @@ pub fn open(uri: &str, opts: &Options, client: Option<&Client>) -> Result<Box<dy
     }
 }
 
-/// The spaces of the env a URI names, without keeping it (`podc env describe`).
+/// A `pod:` URI's file and `?env=NAME`.
+fn pod_target(uri: &EnvUri) -> Result<(PathBuf, Option<String>), HostError> {
+    let mut env_name = None;
+    for (k, v) in &uri.kwargs {
+        match (k.as_str(), v) {
+            ("env", KwValue::Str(name)) => env_name = Some(name.clone()),
+            _ => return Err(HostError::Uri(format!("`{uri}`: `pod:` URIs take only `?env=NAME`"))),
+        }
+    }
+    Ok((PathBuf::from(&uri.id), env_name))
+}
+
+/// The spaces of the env a URI names, without keeping it (`podc env describe`); a `pod:`
+/// env's are its declared ones, and it is not compiled.
 pub fn describe_uri(uri: &str, opts: &Options) -> Result<EnvSpec, HostError> {
+    let parsed = EnvUri::parse(uri)?;
+    if parsed.backend == Backend::Pod {
+        let (file, env_name) = pod_target(&parsed)?;
+        return pod::spec(&file, env_name.as_deref(), &opts.load);
+    }
     let mut one = opts.clone();
     one.num_envs = 1;
     one.env_workers = 1;

@@ -50,29 +50,7 @@ impl PodEnv {
         if num_envs == 0 {
             return Err(HostError::Usage("a host env batch needs at least one env".into()));
         }
-        let (prog, diags) = crate::driver::check_file_with(file, load).map_err(HostError::Pod)?;
-        if !diags.is_empty() {
-            return Err(HostError::Pod(crate::diag::render_plain(&prog.map, &diags)));
-        }
-        let how = format!("`pod:{}?env=NAME`", file.display());
-        let name = pick_env(&prog, file, name, &how).map_err(HostError::Pod)?;
-        let env = build_env(&prog, &load.overrides, &name)
-            .map_err(|d| HostError::Pod(crate::diag::render_plain(&prog.map, &[*d])))?;
-        let obs = match env.info.observation.leaves().as_deref() {
-            Some([one]) => one.clone(),
-            _ => {
-                return Err(HostError::Pod(format!(
-                    "env `{name}` observes `{}`: a host env's observation must be one array",
-                    env.info.observation
-                )));
-            }
-        };
-        let spec = EnvSpec {
-            name: env.info.name.clone(),
-            obs,
-            action: env.info.action.clone(),
-            time_limit: env.info.time_limit,
-        };
+        let (prog, env, spec) = load_env(file, name, load)?;
         let n_state = env.state_len();
         let reset_b = vmap(&env.reset, &[true], num_envs);
         let step_b = vmap(&env.step, &vec![true; env.step.graph.params.len()], num_envs);
@@ -99,6 +77,39 @@ impl PodEnv {
         let t = self.client.upload(&Array::i32(vec![], vec![t]), 0)?;
         Ok(self.keys.execute(&[base, &t])?.remove(0))
     }
+}
+
+/// The env `name` (or the file's only env) of `file`, built, with its spaces.
+fn load_env(
+    file: &Path,
+    name: Option<&str>,
+    load: &crate::driver::LoadOptions,
+) -> Result<(crate::resolve::Program, crate::elab::env::EnvFuncs, EnvSpec), HostError> {
+    let (prog, diags) = crate::driver::check_file_with(file, load).map_err(HostError::Pod)?;
+    if !diags.is_empty() {
+        return Err(HostError::Pod(crate::diag::render_plain(&prog.map, &diags)));
+    }
+    let how = format!("`pod:{}?env=NAME`", file.display());
+    let name = pick_env(&prog, file, name, &how).map_err(HostError::Pod)?;
+    let env = build_env(&prog, &load.overrides, &name)
+        .map_err(|d| HostError::Pod(crate::diag::render_plain(&prog.map, &[*d])))?;
+    let obs = match env.info.observation.leaves().as_deref() {
+        Some([one]) => one.clone(),
+        _ => {
+            return Err(HostError::Pod(format!(
+                "env `{name}` observes `{}`: a host env's observation must be one array",
+                env.info.observation
+            )));
+        }
+    };
+    let spec =
+        EnvSpec { name: env.info.name.clone(), obs, action: env.info.action.clone(), time_limit: env.info.time_limit };
+    Ok((prog, env, spec))
+}
+
+/// The spaces of the env `name` (or the file's only env) of `file`, without compiling it.
+pub fn spec(file: &Path, name: Option<&str>, load: &crate::driver::LoadOptions) -> Result<EnvSpec, HostError> {
+    Ok(load_env(file, name, load)?.2)
 }
 
 fn download(b: &Buffer) -> Result<Array, HostError> {

@@ -1,13 +1,16 @@
 //! `podc train --env URI` and `podc bench train --env URI`: the Sebulba driver.
 
 use super::{BenchTrainArgs, Failure, SebulbaFlags, Sizes, TrainArgs, config, done, prepare, resume, run_options};
+use crate::binding;
 use crate::cli::run_env::{own_env_uri, pod_load};
+use crate::cli::{load, load_noted};
 use crate::diag::emit_stderr;
 use crate::driver::LoadOptions;
 use crate::elab::agent::{AgentFuncs, build_agent};
 use crate::overrides::Override;
 use crate::resolve::Program;
 use crate::runtime::Client;
+use crate::train::anakin::pick_agent;
 use crate::train::run;
 use crate::train::sebulba::{Config, Sebulba};
 use serde_json::{Value, json};
@@ -47,10 +50,7 @@ fn layout(
         ));
     }
     let rollout = sizes.shape(prog, overrides, agent).rollout;
-    let mut host = crate::host::Options::new(1);
-    host.env_workers = flags.env_workers;
-    host.python = flags.python.clone();
-    host.env_import = flags.env_import.clone();
+    let host = host_options(flags);
     let cfg = Config {
         uri: String::new(),
         envs: sizes.envs,
@@ -65,6 +65,35 @@ fn layout(
     };
     cfg.check()?;
     Ok(cfg)
+}
+
+fn host_options(flags: &SebulbaFlags) -> crate::host::Options {
+    let mut host = crate::host::Options::new(1);
+    host.env_workers = flags.env_workers;
+    host.python = flags.python.clone();
+    host.env_import = flags.env_import.clone();
+    host
+}
+
+/// With `--env URI`, the consts that the agent's `extern env` names in its spaces take
+/// that env's sizes (see `binding`), alongside the `--set` values. A program that does not
+/// check with them is reported with the env named.
+fn bind_env(file: &Path, opts: &LoadOptions, agent: Option<&str>, flags: &SebulbaFlags) -> Result<LoadOptions, Failure> {
+    let Some(uri) = &flags.env else { return Ok(opts.clone()) };
+    let prog = load(file, opts)?;
+    let name = pick_agent(&prog, agent).map_err(|m| format!("`{}`: {m}", file.display()))?;
+    if !binding::takes_sizes(&prog, &name) {
+        return Ok(opts.clone());
+    }
+    crate::host::EnvUri::parse(uri)?;
+    let mut host = host_options(flags);
+    host.load = pod_load(uri, file, opts);
+    let spec = crate::host::describe_uri(uri, &host)?;
+    let bound = binding::bind(&prog, &name, &spec, uri, &opts.overrides)?;
+    let mut out = opts.clone();
+    out.overrides.extend(bound.iter().cloned());
+    load_noted(file, &out, Some(&binding::note(&bound, uri)))?;
+    Ok(out)
 }
 
 /// Everything up to a compiled driver with a fresh learner.
@@ -124,9 +153,10 @@ fn recorded_imports(modules: &[String]) -> Vec<String> {
     modules.iter().map(|m| absolute(m).map_or_else(|| m.clone(), |p| p.display().to_string())).collect()
 }
 
-pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
     super::begin(&a)?;
+    a.load = bind_env(&a.file, &a.load, a.agent.as_deref(), &flags)?;
     let s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
     let cfg = sebulba_config(&a, &s);
     let resumed = resume(&a, &cfg)?;
@@ -155,7 +185,8 @@ pub fn train(a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
 /// `--updates-per-call` updates each) after a warm-up report; plus the idle fractions.
 pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
-    let s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
+    let load = bind_env(&a.file, &a.load, a.agent.as_deref(), &flags)?;
+    let s = setup(&a.file, &load, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
     let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
     let runs = run::bench(&mut t, a.runs)?;
     let sps: Vec<f64> = runs.iter().map(|r| r.steps_per_sec).collect();

@@ -1,0 +1,178 @@
+//! An agent written once for any env of a kind. The consts of the root file that its
+//! `extern env` names in its spaces (`observation: f32[OBS]`, `action: discrete(ACTIONS)`,
+//! `box(N, LOW, HIGH)`) take the sizes and bounds of the env it runs on, as `--set` would
+//! set them; the checker then checks every shape with those values.
+
+use crate::host::EnvSpec;
+use crate::overrides::Override;
+use crate::resolve::Program;
+use crate::space::ActionSpace;
+use crate::syntax::ast::{self, DimExpr, ExprKind, TypeKind};
+use serde_json::{Value, json};
+
+/// A const that a space names, and what of the space it stands for.
+enum Slot<'a> {
+    /// Dimension `i` of the observation.
+    ObsDim(usize, &'a ast::Const),
+    /// `discrete(N)`'s number of actions, or `box(N, ..)`'s size.
+    ActionSize(&'a ast::Const),
+    /// `box(N, LOW, HIGH)`'s lower (`false`) or upper (`true`) bound.
+    Bound(bool, &'a ast::Const),
+}
+
+/// The agent's env, when it is an `extern env` of the root file.
+fn extern_env<'p>(prog: &'p Program, agent: &str) -> Option<&'p ast::Env> {
+    let root = prog.modules.first()?;
+    let ast::Item::Agent(a) = prog.item(*root.scope.get(agent)?) else { return None };
+    let r = *root.scope.get(&a.env.name)?;
+    match prog.item(r) {
+        ast::Item::Env(e) if e.external && r.module == 0 => Some(e),
+        _ => None,
+    }
+}
+
+/// The root file's const called `name`.
+fn root_const<'p>(prog: &'p Program, name: &str) -> Option<&'p ast::Const> {
+    prog.modules.first()?.ast.items.iter().find_map(|i| match i {
+        ast::Item::Const(c) if c.name.name == name => Some(c),
+        _ => None,
+    })
+}
+
+/// The consts the env's spaces name, each with what it stands for.
+fn slots<'p>(prog: &'p Program, env: &'p ast::Env) -> Vec<Slot<'p>> {
+    let mut out = vec![];
+    for m in &env.members {
+        match (m.name.name.as_str(), &m.spec) {
+            ("observation", ast::EnvSpec::Type(t)) => {
+                if let TypeKind::Array { dims, .. } = &t.kind {
+                    for (i, d) in dims.iter().enumerate() {
+                        if let Some(c) = dim_const(prog, d) {
+                            out.push(Slot::ObsDim(i, c));
+                        }
+                    }
+                }
+            }
+            ("action", ast::EnvSpec::Space { args, .. }) => {
+                let named = |e: &ast::Expr| match &e.kind {
+                    ExprKind::Name(id) => root_const(prog, &id.name),
+                    _ => None,
+                };
+                for (i, arg) in args.iter().enumerate() {
+                    if let Some(c) = named(arg) {
+                        out.push(match i {
+                            0 => Slot::ActionSize(c),
+                            _ => Slot::Bound(i == 2, c),
+                        });
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Whether the env declares `discrete(..)` actions.
+fn discrete(env: &ast::Env) -> bool {
+    env.members.iter().any(|m| matches!(&m.spec, ast::EnvSpec::Space { kind, .. } if kind.name == "discrete"))
+}
+
+fn dim_const<'p>(prog: &'p Program, d: &DimExpr) -> Option<&'p ast::Const> {
+    match d {
+        DimExpr::Name(id) => root_const(prog, &id.name),
+        _ => None,
+    }
+}
+
+/// Whether the agent's env takes sizes from the env it runs on (then the caller finds that
+/// env's spaces and calls [`bind`]).
+pub fn takes_sizes(prog: &Program, agent: &str) -> bool {
+    extern_env(prog, agent).is_some_and(|e| !slots(prog, e).is_empty())
+}
+
+/// The values that the consts named by the agent's `extern env` take from `host`, the
+/// spaces of the env `uri` names. A `--set` value in `given` for one of them must agree,
+/// and is not repeated in the result.
+pub fn bind(prog: &Program, agent: &str, host: &EnvSpec, uri: &str, given: &[Override]) -> Result<Vec<Override>, String> {
+    let Some(env) = extern_env(prog, agent) else { return Ok(vec![]) };
+    let declared = |member: &str| {
+        let m = env.members.iter().find(|m| m.name.name == member);
+        m.map_or("", |m| &prog.map.source(m.span.file)[m.span.start as usize..m.span.end as usize])
+    };
+    let mismatch = |what: &str, found: String| {
+        format!(
+            "`{uri}` {what} `{found}`, but the env `{}` of agent `{agent}` declares `{}`",
+            env.name.name,
+            declared(if what == "observes" { "observation" } else { "action" })
+        )
+    };
+    let mut out: Vec<Override> = vec![];
+    for slot in slots(prog, env) {
+        let (c, value) = match slot {
+            Slot::ObsDim(i, c) => {
+                let rank = match &env.members.iter().find(|m| m.name.name == "observation").map(|m| &m.spec) {
+                    Some(ast::EnvSpec::Type(ast::Type { kind: TypeKind::Array { dims, .. }, .. })) => dims.len(),
+                    _ => 0,
+                };
+                if host.obs.shape.len() != rank {
+                    return Err(mismatch("observes", host.obs.to_string()));
+                }
+                (c, json!(host.obs.shape[i]))
+            }
+            Slot::ActionSize(c) => match (&host.action, discrete(env)) {
+                (ActionSpace::Discrete(n), true) => (c, json!(n)),
+                (ActionSpace::Box { n, .. }, false) => (c, json!(n)),
+                (a, _) => return Err(mismatch("acts in", a.to_string())),
+            },
+            Slot::Bound(upper, c) => match &host.action {
+                ActionSpace::Box { bounds: Some((lo, hi)), .. } => (c, bound_value(c, if upper { hi } else { lo }, uri)?),
+                a => return Err(mismatch("acts in", a.to_string())),
+            },
+        };
+        let name = &c.name.name;
+        let clash = |other: &Value, how: &str| {
+            format!("`{name}` is {value} for `{uri}`'s spaces, but {how} {other}: they must agree")
+        };
+        if let Some(o) = out.iter().find(|o| o.name == *name) {
+            if o.value != value {
+                return Err(clash(&o.value, "another part of its spaces makes it"));
+            }
+            continue;
+        }
+        match given.iter().find(|o| o.name == *name) {
+            Some(o) if !same_number(&o.value, &value) => return Err(clash(&o.value, "`--set` gives")),
+            Some(_) => {}
+            None => out.push(Override { name: name.clone(), value }),
+        }
+    }
+    Ok(out)
+}
+
+/// A bound as the const's declared type holds it: one number for a scalar const, which
+/// the env's bounds must then share across components, else one per component.
+fn bound_value(c: &ast::Const, b: &[f32], uri: &str) -> Result<Value, String> {
+    let scalar = matches!(&c.ty.kind, TypeKind::Array { dims, .. } if dims.is_empty());
+    match b {
+        [first, rest @ ..] if scalar && rest.iter().all(|x| x == first) => Ok(json!(first)),
+        _ if scalar => Err(format!(
+            "`{uri}`'s action bounds differ per component ({b:?}), but `{}` is a scalar: declare it `f32[N]`",
+            c.name.name
+        )),
+        _ => Ok(json!(b)),
+    }
+}
+
+/// JSON numbers compare by value (`--set OBS=6.0` agrees with 6).
+fn same_number(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_number(a, b)),
+        _ => a == b || a.as_f64().is_some_and(|x| Some(x) == b.as_f64()),
+    }
+}
+
+/// The sentence that diagnostics of a program checked with `bound` values end with.
+pub fn note(bound: &[Override], uri: &str) -> String {
+    let values: Vec<String> = bound.iter().map(|o| format!("`{} = {}`", o.name, o.value)).collect();
+    format!("{} from the spaces of `{uri}`", values.join(", "))
+}
