@@ -176,11 +176,15 @@ impl<'p> Elab<'p> {
             std::mem::take(&mut self.sizes),
         );
         let ty = self.resolve_ty(&c.ty);
-        // The written value is checked even when `--set` replaces it.
-        let written = self.expr_expect(&c.value, &ty);
+        // The written value is checked even when `--set` replaces it, but not against the
+        // declared type then: the set values of other consts may change its shape
+        // (`const LOW: f32[ACTIONS] = [-2.0]` with `ACTIONS` taken from an env).
         let v = match self.override_of(r, c) {
-            Some(o) => self.override_val(o, ty, c),
-            None => written,
+            Some(o) => {
+                self.expr(&c.value);
+                self.override_val(o, ty, c)
+            }
+            None => self.expr_expect(&c.value, &ty),
         };
         let v = if v.known.is_none() && !v.ty.is_error() {
             self.err(TypeError::NotStatic { what: "a `const` value".into(), span: c.value.span })
