@@ -107,19 +107,16 @@ pub fn bind(prog: &Program, agent: &str, host: &EnvSpec, uri: &str, given: &[Ove
             declared(if what == "observes" { "observation" } else { "action" })
         )
     };
+    let observation = env.members.iter().find(|m| m.name.name == "observation").map(|m| &m.spec);
+    if let Some(ast::EnvSpec::Type(ast::Type { kind: TypeKind::Array { dtype, dims }, .. })) = observation {
+        if host.obs.shape.len() != dims.len() || host.obs.dtype.name() != dtype.name {
+            return Err(mismatch("observes", host.obs.to_string()));
+        }
+    }
     let mut out: Vec<Override> = vec![];
     for slot in slots(prog, env) {
         let (c, value) = match slot {
-            Slot::ObsDim(i, c) => {
-                let rank = match &env.members.iter().find(|m| m.name.name == "observation").map(|m| &m.spec) {
-                    Some(ast::EnvSpec::Type(ast::Type { kind: TypeKind::Array { dims, .. }, .. })) => dims.len(),
-                    _ => 0,
-                };
-                if host.obs.shape.len() != rank {
-                    return Err(mismatch("observes", host.obs.to_string()));
-                }
-                (c, json!(host.obs.shape[i]))
-            }
+            Slot::ObsDim(i, c) => (c, json!(host.obs.shape[i])),
             Slot::ActionSize(c) => match (&host.action, discrete(env)) {
                 (ActionSpace::Discrete(n), true) => (c, json!(n)),
                 (ActionSpace::Box { n, .. }, false) => (c, json!(n)),
@@ -175,4 +172,111 @@ fn same_number(a: &Value, b: &Value) -> bool {
 pub fn note(bound: &[Override], uri: &str) -> String {
     let values: Vec<String> = bound.iter().map(|o| format!("`{} = {}`", o.name, o.value)).collect();
     format!("{} from the spaces of `{uri}`", values.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::array::{ArrayTy, DType};
+
+    const AGENT: &str = "
+        const OBS: i32 = 4;
+        const ACTIONS: i32 = 2;
+        const LOW: f32[ACTIONS] = [-1.0, -1.0];
+        const HIGH: f32 = 1.0;
+        extern env E { observation: OBS_TY, action: SPACE }
+        struct M { total: f32 }
+        agent A for E {
+            fn init(key: Key) -> f32 { 0.0 }
+            fn act(l: f32, obs: OBS_TY, key: Key) -> ACTION_TY { ZERO }
+            fn update(l: f32, traj: Trajectory<4, 2>, key: Key) -> (f32, M) { (l, M { total: 0.0 }) }
+        }";
+
+    /// The agent above with its env's observation type and action space.
+    fn program_of(obs: &str, space: &str) -> Program {
+        let (action, zero) =
+            if space.starts_with("discrete") { ("i32", "0") } else { ("f32[ACTIONS]", "zeros([ACTIONS])") };
+        let src = AGENT.replace("OBS_TY", obs).replace("SPACE", space).replace("ACTION_TY", action).replace("ZERO", zero);
+        let (prog, diags) = crate::driver::check_source("agent.pod", &src, None);
+        assert!(diags.is_empty(), "{}", crate::diag::render_plain(&prog.map, &diags));
+        prog
+    }
+
+    fn program(discrete: bool) -> Program {
+        program_of("f32[OBS, 3]", if discrete { "discrete(ACTIONS)" } else { "box(ACTIONS, LOW, HIGH)" })
+    }
+
+    fn spec(obs: &[usize], action: ActionSpace) -> EnvSpec {
+        EnvSpec { name: "Host".into(), obs: ArrayTy::new(DType::F32, obs.to_vec()), action, time_limit: None }
+    }
+
+    fn values(bound: &[Override]) -> Vec<(String, Value)> {
+        bound.iter().map(|o| (o.name.clone(), o.value.clone())).collect()
+    }
+
+    #[test]
+    fn consts_named_by_the_spaces_take_the_hosts_values() {
+        let prog = program(true);
+        assert!(takes_sizes(&prog, "A"));
+        let bound = bind(&prog, "A", &spec(&[6, 3], ActionSpace::Discrete(5)), "u:x", &[]).unwrap();
+        assert_eq!(values(&bound), [("OBS".into(), json!(6)), ("ACTIONS".into(), json!(5))]);
+        assert_eq!(note(&bound, "u:x"), "`OBS = 6`, `ACTIONS = 5` from the spaces of `u:x`");
+
+        let prog = program(false);
+        let host = ActionSpace::Box { n: 3, bounds: Some((vec![-2.0, 0.0, -1.0], vec![0.5; 3])) };
+        let bound = bind(&prog, "A", &spec(&[8, 3], host), "u:x", &[]).unwrap();
+        let want = [("OBS", json!(8)), ("ACTIONS", json!(3)), ("LOW", json!([-2.0, 0.0, -1.0])), ("HIGH", json!(0.5))];
+        assert_eq!(values(&bound), want.map(|(n, v)| (n.to_string(), v)));
+    }
+
+    #[test]
+    fn spaces_of_another_kind_rank_or_dtype_are_refused_naming_both() {
+        let prog = program(true);
+        let err = |s: EnvSpec| bind(&prog, "A", &s, "gymnasium:X-v0", &[]).unwrap_err();
+        assert_eq!(
+            err(spec(&[6], ActionSpace::Discrete(2))),
+            "`gymnasium:X-v0` observes `f32[6]`, but the env `E` of agent `A` declares `observation: f32[OBS, 3]`"
+        );
+        let mut ints = spec(&[6, 3], ActionSpace::Discrete(2));
+        ints.obs.dtype = DType::I32;
+        assert!(err(ints).starts_with("`gymnasium:X-v0` observes `i32[6, 3]`"));
+        assert_eq!(
+            err(spec(&[6, 3], ActionSpace::Box { n: 1, bounds: None })),
+            "`gymnasium:X-v0` acts in `box(1)`, but the env `E` of agent `A` declares `action: discrete(ACTIONS)`"
+        );
+        let prog = program(false);
+        let host = ActionSpace::Box { n: 2, bounds: Some((vec![-1.0; 2], vec![1.0, 2.0])) };
+        let e = bind(&prog, "A", &spec(&[6, 3], host), "u:x", &[]).unwrap_err();
+        assert!(e.contains("bounds differ per component") && e.contains("`HIGH` is a scalar"), "{e}");
+        let e = bind(&prog, "A", &spec(&[6, 3], ActionSpace::Box { n: 2, bounds: None }), "u:x", &[]).unwrap_err();
+        assert!(e.starts_with("`u:x` acts in `box(2)`"), "{e}");
+    }
+
+    #[test]
+    fn a_set_value_must_agree_and_is_not_repeated() {
+        let prog = program(true);
+        let host = spec(&[6, 3], ActionSpace::Discrete(5));
+        let set = |v: Value| vec![Override { name: "ACTIONS".into(), value: v }];
+        let bound = bind(&prog, "A", &host, "u:x", &set(json!(5.0))).unwrap();
+        assert_eq!(values(&bound), [("OBS".into(), json!(6))]);
+        assert_eq!(
+            bind(&prog, "A", &host, "u:x", &set(json!(4))).unwrap_err(),
+            "`ACTIONS` is 5 for `u:x`'s spaces, but `--set` gives 4: they must agree"
+        );
+    }
+
+    #[test]
+    fn a_const_named_twice_must_get_one_value() {
+        let prog = program_of("f32[OBS, OBS]", "discrete(ACTIONS)");
+        let square = bind(&prog, "A", &spec(&[3, 3], ActionSpace::Discrete(2)), "u:x", &[]).unwrap();
+        assert_eq!(values(&square)[0], ("OBS".into(), json!(3)));
+        let e = bind(&prog, "A", &spec(&[3, 4], ActionSpace::Discrete(2)), "u:x", &[]).unwrap_err();
+        assert_eq!(e, "`OBS` is 4 for `u:x`'s spaces, but another part of its spaces makes it 3: they must agree");
+    }
+
+    #[test]
+    fn an_env_written_in_full_takes_nothing() {
+        let prog = program_of("f32[4, 3]", "discrete(2)");
+        assert!(!takes_sizes(&prog, "A"));
+    }
 }

@@ -273,6 +273,12 @@ fn running_mean_std_matches_gymnasiums_normalize_observation() {
     against_reference("normalize", &["normalize_stream"], TOL);
 }
 
+/// Gymnasium's `RunningMeanStd.update` a batch at a time (`rms_update_batch`).
+#[test]
+fn running_mean_std_matches_gymnasiums_batch_update() {
+    against_reference("normalize", &["normalize_batches"], TOL);
+}
+
 #[test]
 fn returns_and_gae_match_references() {
     against_reference("rl", &["discounted_returns", "gae"], TOL);

@@ -472,3 +472,106 @@ fn a_pixel_agent_trains_on_ale_pong() {
     let two = run("2");
     assert_eq!(one.iter().map(untimed).collect::<Vec<_>>(), two.iter().map(untimed).collect::<Vec<_>>());
 }
+
+/// `examples/ppo.pod` and `examples/ppo_continuous.pod`, unedited, take their sizes from
+/// the env they train on (`.pod` envs through `pod:`: three observation sizes, both kinds
+/// of action), and the run's config records them, so that `--resume` keeps them. An env
+/// of another kind is refused before anything compiles, naming both; a shape the agent
+/// hard-codes is checked with the env's sizes, the diagnostic naming where they came from.
+#[test]
+fn agents_take_their_sizes_from_the_env_they_train_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = |agent: &str, env: &str, out: &Path, extra: &[&str]| {
+        let uri = format!("pod:examples/envs/{env}.pod");
+        podc(&["train", agent, "--env", &uri, "-q", "--envs", "16", "--updates-per-call", "1"])
+            .args(["--out", out.to_str().unwrap()])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    for (agent, env, want) in [
+        ("examples/ppo.pod", "cartpole", serde_json::json!({"OBS": 4, "ACTIONS": 2})),
+        ("examples/ppo.pod", "memory_chain", serde_json::json!({"OBS": 3, "ACTIONS": 2})),
+        (
+            "examples/ppo_continuous.pod",
+            "pendulum",
+            serde_json::json!({"OBS": 3, "ACTIONS": 1, "LOW": [-2.0], "HIGH": [2.0]}),
+        ),
+    ] {
+        let out = dir.path().join(env);
+        let o = train(agent, env, &out, &["--total-steps", "2048"]);
+        assert!(o.status.success(), "{env}: {}", stderr(&o));
+        let o = train(agent, env, &out, &["--total-steps", "4096", "--resume", out.to_str().unwrap()]);
+        assert!(o.status.success(), "{env} resumed: {}", stderr(&o));
+        assert_eq!(records(&out).last().unwrap()["env_steps"], 4096, "{env}");
+        let meta: Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint.json")).unwrap()).unwrap();
+        assert_eq!(meta["meta"]["config"]["overrides"], want, "{env}");
+    }
+
+    for (agent, env, message) in [
+        (
+            "examples/ppo.pod",
+            "catch",
+            "error: `pod:examples/envs/catch.pod` observes `f32[10, 5]`, but the env `Env` of agent `PPO` declares `observation: f32[OBS]`",
+        ),
+        (
+            "examples/ppo.pod",
+            "pendulum",
+            "error: `pod:examples/envs/pendulum.pod` acts in `box(1, -2.0, 2.0)`, but the env `Env` of agent `PPO` declares `action: discrete(ACTIONS)`",
+        ),
+        (
+            "examples/ppo.pod",
+            "fourrooms",
+            "error: `pod:examples/envs/fourrooms.pod` observes `i32[4]`, but the env `Env` of agent `PPO` declares `observation: f32[OBS]`",
+        ),
+        (
+            "examples/ppo_continuous.pod",
+            "cartpole",
+            "error: `pod:examples/envs/cartpole.pod` acts in `discrete(2)`, but the env `Env` of agent `PPO` declares `action: box(ACTIONS, LOW, HIGH)`",
+        ),
+    ] {
+        let o = train(agent, env, &dir.path().join("refused"), &[]);
+        assert_eq!(o.status.code(), Some(1), "{env}: {}", stderr(&o));
+        assert_eq!(stderr(&o).trim(), message, "{env}");
+    }
+
+    let src = std::fs::read_to_string(root().join("examples/ppo.pod")).unwrap();
+    let agent = dir.path().join("ppo_four.pod");
+    std::fs::write(&agent, src.replace("fn value(p: Params, obs: f32[OBS])", "fn value(p: Params, obs: f32[4])")).unwrap();
+    let o = train(agent.to_str().unwrap(), "memory_chain", &dir.path().join("four"), &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("error[E0205]") && err.contains("ppo_four.pod:"), "{err}");
+    assert!(err.contains("= `OBS = 3`, `ACTIONS = 2` from the spaces of `pod:examples/envs/memory_chain.pod`"), "{err}");
+}
+
+/// The same agents on Gymnasium envs whose sizes they were not written with: Acrobot-v1
+/// (6 observations, 3 actions) and MountainCarContinuous-v0 (bounds [-1, 1]).
+#[test]
+fn agents_take_their_sizes_from_gymnasium_envs() {
+    if tier::slow("Python env workers") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let python = cache_python();
+    for (agent, uri, want) in [
+        ("examples/ppo.pod", "gymnasium:Acrobot-v1", serde_json::json!({"OBS": 6, "ACTIONS": 3})),
+        (
+            "examples/ppo_continuous.pod",
+            "gymnasium:MountainCarContinuous-v0",
+            serde_json::json!({"OBS": 2, "ACTIONS": 1, "LOW": [-1.0], "HIGH": [1.0]}),
+        ),
+    ] {
+        let out = dir.path().join(uri.replace(':', "_"));
+        let o = podc(&["train", agent, "--env", uri, "-q", "--envs", "16", "--updates-per-call", "1"])
+            .args(["--total-steps", "4096", "--out", out.to_str().unwrap(), "--python", python.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{uri}: {}", stderr(&o));
+        let r = records(&out);
+        assert_eq!(r.last().unwrap()["env_steps"], 4096, "{uri}");
+        assert!(r.iter().all(|x| x["loss"].as_f64().is_some_and(f64::is_finite)), "{uri}: {r:?}");
+        let meta: Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint.json")).unwrap()).unwrap();
+        assert_eq!(meta["meta"]["config"]["overrides"], want, "{uri}");
+    }
+}
