@@ -94,7 +94,13 @@ pub fn takes_sizes(prog: &Program, agent: &str) -> bool {
 /// The values that the consts named by the agent's `extern env` take from `host`, the
 /// spaces of the env `uri` names. A `--set` value in `given` for one of them must agree,
 /// and is not repeated in the result.
-pub fn bind(prog: &Program, agent: &str, host: &EnvSpec, uri: &str, given: &[Override]) -> Result<Vec<Override>, String> {
+pub fn bind(
+    prog: &Program,
+    agent: &str,
+    host: &EnvSpec,
+    uri: &str,
+    given: &[Override],
+) -> Result<Vec<Override>, String> {
     let Some(env) = extern_env(prog, agent) else { return Ok(vec![]) };
     let declared = |member: &str| {
         let m = env.members.iter().find(|m| m.name.name == member);
@@ -108,10 +114,10 @@ pub fn bind(prog: &Program, agent: &str, host: &EnvSpec, uri: &str, given: &[Ove
         )
     };
     let observation = env.members.iter().find(|m| m.name.name == "observation").map(|m| &m.spec);
-    if let Some(ast::EnvSpec::Type(ast::Type { kind: TypeKind::Array { dtype, dims }, .. })) = observation {
-        if host.obs.shape.len() != dims.len() || host.obs.dtype.name() != dtype.name {
-            return Err(mismatch("observes", host.obs.to_string()));
-        }
+    if let Some(ast::EnvSpec::Type(ast::Type { kind: TypeKind::Array { dtype, dims }, .. })) = observation
+        && (host.obs.shape.len() != dims.len() || host.obs.dtype.name() != dtype.name)
+    {
+        return Err(mismatch("observes", host.obs.to_string()));
     }
     let mut out: Vec<Override> = vec![];
     for slot in slots(prog, env) {
@@ -123,7 +129,9 @@ pub fn bind(prog: &Program, agent: &str, host: &EnvSpec, uri: &str, given: &[Ove
                 (a, _) => return Err(mismatch("acts in", a.to_string())),
             },
             Slot::Bound(upper, c) => match &host.action {
-                ActionSpace::Box { bounds: Some((lo, hi)), .. } => (c, bound_value(c, if upper { hi } else { lo }, uri)?),
+                ActionSpace::Box { bounds: Some((lo, hi)), .. } => {
+                    (c, bound_value(c, if upper { hi } else { lo }, uri)?)
+                }
                 a => return Err(mismatch("acts in", a.to_string())),
             },
         };
@@ -196,7 +204,8 @@ mod tests {
     fn program_of(obs: &str, space: &str) -> Program {
         let (action, zero) =
             if space.starts_with("discrete") { ("i32", "0") } else { ("f32[ACTIONS]", "zeros([ACTIONS])") };
-        let src = AGENT.replace("OBS_TY", obs).replace("SPACE", space).replace("ACTION_TY", action).replace("ZERO", zero);
+        let src =
+            AGENT.replace("OBS_TY", obs).replace("SPACE", space).replace("ACTION_TY", action).replace("ZERO", zero);
         let (prog, diags) = crate::driver::check_source("agent.pod", &src, None);
         assert!(diags.is_empty(), "{}", crate::diag::render_plain(&prog.map, &diags));
         prog

@@ -20,7 +20,7 @@ pub(super) struct BenchRunArgs<'a> {
 /// Compiles the entry, uploads its arguments once (`--args`, else random f32 in [-1, 1)
 /// and zero integers), calls it once to warm up, then times `runs` calls, each waited
 /// for on the device; reports the median.
-pub(super) fn run(a: BenchRunArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+pub(super) fn run(a: BenchRunArgs, target: &super::Target) -> Result<(), Failure> {
     let runs = a.runs;
     let opts = a.source.options()?;
     let prog = load(a.file, &opts)?;
@@ -29,7 +29,7 @@ pub(super) fn run(a: BenchRunArgs, plugin: Option<&Path>) -> Result<(), Failure>
         Some(_) => read_args(&e, a.args)?,
         None => e.func.param_types().iter().enumerate().map(|(k, t)| filler(t, k as u64)).collect(),
     };
-    let client = open_runtime(plugin, None)?;
+    let client = open_runtime(target, None)?;
     let t0 = Instant::now();
     let exe = client.compile(&crate::lower::stablehlo::lower_module(&e.func, 1), 1)?;
     let compile_s = t0.elapsed().as_secs_f64();

@@ -49,7 +49,7 @@ pub struct SimArgs<'a> {
 /// auto-resets for the next step). With `--gif`, it also renders the states into an
 /// animated GIF: the first, then the one each step ends in (before an auto-reset); with
 /// neither `--actions` nor `--steps` it then stops when the first episode ends.
-pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+pub fn sim(a: SimArgs, target: &super::Target) -> Result<(), Failure> {
     let prog = load(a.file, a.source)?;
     let env = env_funcs(&prog, &a.source.overrides, a.file, a.env)?;
     if a.gif.is_some() {
@@ -69,7 +69,7 @@ pub fn sim(a: SimArgs, plugin: Option<&Path>) -> Result<(), Failure> {
         }
     };
     let n = a.steps.map_or(actions.len(), |s| s.min(actions.len()));
-    let client = super::open_runtime(plugin, None)?;
+    let client = super::open_runtime(target, None)?;
     let reset = compile(&client, &env.reset, 1)?;
     let step = compile(&client, &env.step, 1)?;
     let base = crate::io::seed_key(a.seed);
@@ -240,9 +240,9 @@ fn host_uri(file: &Path) -> Option<&str> {
 /// `podc bench env`: compiles one program running `steps` steps of `envs` environments
 /// (split over `devices`) with random actions, then times it: the median of `runs` runs
 /// after a warm-up. A host URI is timed through [`bench_host`].
-pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+pub fn bench(a: BenchArgs, target: &super::Target) -> Result<(), Failure> {
     if let Some(uri) = host_uri(a.file) {
-        return bench_host(uri, &a, plugin);
+        return bench_host(uri, &a, target);
     }
     if a.envs == 0 || a.devices == 0 || !a.envs.is_multiple_of(a.devices) {
         let msg = format!("`--envs {}` must be a positive multiple of `--devices {}`", a.envs, a.devices);
@@ -250,7 +250,7 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
     }
     let prog = load(a.file, a.source)?;
     let env = env_funcs(&prog, &a.source.overrides, a.file, a.env)?;
-    let client = super::open_runtime(plugin, Some(a.devices.max(1)))?;
+    let client = super::open_runtime(target, Some(a.devices.max(1)))?;
     let start = Instant::now();
     let program = bench_program(&prog, &env, a.envs / a.devices, a.steps);
     let exe = compile(&client, &program, a.devices)?;
@@ -294,7 +294,7 @@ pub fn bench(a: BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
 /// memory for Python envs, same-step auto-reset included. The median of `runs` runs after a
 /// warm-up run, as for `.pod` files; `compile_s` is the start-up (workers started, envs
 /// made or the `pod:` env compiled, first reset).
-fn bench_host(uri: &str, a: &BenchArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+fn bench_host(uri: &str, a: &BenchArgs, target: &super::Target) -> Result<(), Failure> {
     if a.devices != 1 {
         return Err(Failure::Message(format!(
             "`--devices {}`: a host env steps on the host; `--devices` applies to `.pod` files",
@@ -315,7 +315,8 @@ fn bench_host(uri: &str, a: &BenchArgs, plugin: Option<&Path>) -> Result<(), Fai
     opts.env_workers = a.env_workers.max(1);
     opts.python = a.python.clone();
     opts.env_import = a.env_import.clone();
-    opts.plugin = plugin.map(Path::to_path_buf);
+    opts.plugin = target.plugin.clone();
+    opts.client = target.options.clone();
     let start = Instant::now();
     let mut env = crate::host::open(uri, &opts, None)?;
     let spec = env.spec().clone();
@@ -379,17 +380,11 @@ pub fn install(packages: &[String]) -> Result<(), Failure> {
 }
 
 /// `podc env describe URI`: the `extern env` block of a host env, from the spaces its
-/// worker reports (or, for `pod:`, from the compiled env).
-pub fn describe(
-    uri: &str,
-    python: Option<std::path::PathBuf>,
-    env_import: Vec<String>,
-    plugin: Option<&Path>,
-) -> Result<(), Failure> {
+/// worker reports (or, for `pod:`, from the env's declaration).
+pub fn describe(uri: &str, python: Option<std::path::PathBuf>, env_import: Vec<String>) -> Result<(), Failure> {
     let mut opts = crate::host::Options::new(1);
     opts.python = python;
     opts.env_import = env_import;
-    opts.plugin = plugin.map(Path::to_path_buf);
     let spec = crate::host::describe_uri(uri, &opts)?;
     print!("{}", crate::host::describe::extern_block(uri, &spec));
     Ok(())

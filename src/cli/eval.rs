@@ -89,7 +89,7 @@ enum Env {
     /// The agent's own `.pod` env, compiled with the policy into one program.
     Pod(Box<EnvFuncs>),
     /// A host env, stepped as the Sebulba actors step it.
-    Host { uri: String, opts: host::Options },
+    Host { uri: String, opts: Box<host::Options> },
 }
 
 impl Env {
@@ -137,7 +137,7 @@ fn choose_env(
     o.python = a.python.clone();
     o.env_import = if a.env_import.is_empty() { imports } else { a.env_import.clone() };
     o.load = pod_load(&uri, file, opts);
-    Ok(Env::Host { uri, opts: o })
+    Ok(Env::Host { uri, opts: Box::new(o) })
 }
 
 /// Whether `uri` is `pod:` of the program's own `.pod` env `name`, as `podc train` records
@@ -259,7 +259,7 @@ pub fn evaluate(
     source: &SourceArgs,
     flags: &EvalFlags,
     json: bool,
-    plugin: Option<&Path>,
+    target: &super::Target,
 ) -> Result<(), Failure> {
     let a = &flags.trained;
     let dir = a.checkpoint.as_deref().expect("`--checkpoint` selects agent evaluation");
@@ -269,7 +269,7 @@ pub fn evaluate(
     // Host envs are heavier (an Atari env holds an emulator and its frames).
     let most = if matches!(l.env, Env::Host { .. }) { HOST_ENVS } else { 1024 };
     let envs = flags.envs.map_or(episodes.min(most), |e| e as usize).min(episodes);
-    let client = super::open_runtime(plugin, None)?;
+    let client = super::open_runtime(target, None)?;
     let mut run: EpisodesOf = match &l.env {
         Env::Pod(env) => {
             let ev = Evaluator::new(&client, &l.prog, (&l.policy, env), which, envs, CHUNK)?;
@@ -346,7 +346,7 @@ pub fn play_gif(
     a: &TrainedArgs,
     out: &Path,
     fps: u32,
-    plugin: Option<&Path>,
+    target: &super::Target,
 ) -> Result<(), Failure> {
     let dir = a.checkpoint.as_deref().expect("`podc play` requires `--checkpoint`");
     let l = open(file, source, a, dir)?;
@@ -361,7 +361,7 @@ pub fn play_gif(
             t.seed
         );
     }
-    let client = super::open_runtime(plugin, None)?;
+    let client = super::open_runtime(target, None)?;
     let max = PLAY_MAX_STEPS;
     let (frames, episode_return, ended) = match &l.env {
         Env::Pod(env) => {

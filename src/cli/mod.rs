@@ -5,7 +5,7 @@ use crate::diag::{SourceMap, emit_stderr};
 use crate::driver::{self, Entry, LoadOptions};
 use crate::overrides::Override;
 use crate::resolve::Program;
-use crate::runtime::{Client, CompileCache, Runtime};
+use crate::runtime::{Backend, Client, ClientOptions, CompileCache, Runtime};
 use clap::{Parser, Subcommand, ValueEnum};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -24,6 +24,17 @@ pub struct Cli {
     /// fetched with pip on first use).
     #[arg(long, global = true, value_name = "PATH")]
     plugin: Option<PathBuf>,
+    /// Where programs run: `cpu`, or `cuda` for NVIDIA GPUs (its plugin is found in the
+    /// user's Python's `jax-cuda13-pjrt`, else fetched into the cache).
+    #[arg(long, global = true, env = "PODC_BACKEND", default_value = "cpu", value_name = "cpu|cuda")]
+    backend: Backend,
+    /// The fraction of each GPU's memory that `--backend cuda` may use (default: the CUDA
+    /// plugin's, 0.75).
+    #[arg(long, global = true, value_name = "F")]
+    gpu_memory_fraction: Option<f32>,
+    /// Whether `--backend cuda` takes that memory when it starts (default: the plugin's, true).
+    #[arg(long, global = true, value_name = "BOOL")]
+    gpu_preallocate: Option<bool>,
     /// Compile every program afresh, neither reading nor writing the compilation cache
     /// (also `PODC_NO_CACHE=1`).
     #[arg(long, global = true)]
@@ -370,23 +381,32 @@ enum Emit {
 /// Runs `podc` with parsed arguments.
 pub fn main(cli: Cli) -> ExitCode {
     NO_CACHE.get_or_init(|| cli.no_cache);
-    let plugin = cli.plugin.as_deref();
+    let target = Target {
+        plugin: cli.plugin,
+        options: ClientOptions {
+            backend: cli.backend,
+            gpu_memory_fraction: cli.gpu_memory_fraction,
+            gpu_preallocate: cli.gpu_preallocate,
+            ..ClientOptions::default()
+        },
+    };
+    let target = &target;
     let result = match cli.command {
         Command::Check { files, source } => source.options().and_then(|o| check(&files, &o)),
         Command::Build { file, emit, entry, output, source } => {
             source.options().and_then(|o| build(&file, &o, emit, &entry, output.as_deref()))
         }
-        Command::Run(a) => run(&a, Some(plugin)),
+        Command::Run(a) => run(&a, Some(target)),
         Command::Eval { run: a, agent } => match agent.trained.checkpoint {
             Some(_) if a.entry != "main" || a.args.is_some() => Err(Failure::Message(
                 "`--checkpoint` evaluates an agent; `--entry` and `--args` run a function: give one or the other"
                     .into(),
             )),
-            Some(_) => eval::evaluate(&a.file, &a.source, &agent, a.json, plugin),
+            Some(_) => eval::evaluate(&a.file, &a.source, &agent, a.json, target),
             None => run(&a, None),
         },
         Command::Play { file, trained, out, fps, source } => match trained.checkpoint {
-            Some(_) => eval::play_gif(&file, &source, &trained, &out, fps, plugin),
+            Some(_) => eval::play_gif(&file, &source, &trained, &out, fps, target),
             None => Err(Failure::Message("`podc play` needs the trained agent's `--checkpoint DIR`".into())),
         },
         Command::Sim { file, env, seed, state, actions, steps, gif, fps, source } => source.options().and_then(|o| {
@@ -400,7 +420,7 @@ pub fn main(cli: Cli) -> ExitCode {
                 steps,
                 gif: gif.as_deref().map(|p| (p, fps)),
             };
-            env::sim(args, plugin)
+            env::sim(args, target)
         }),
         Command::Bench(Bench::Env { file, env, envs, steps, devices, runs, json, env_workers, host, source }) => {
             source.options().and_then(|o| {
@@ -417,7 +437,7 @@ pub fn main(cli: Cli) -> ExitCode {
                     python: host.python,
                     env_import: host.env_import,
                 };
-                env::bench(args, plugin)
+                env::bench(args, target)
             })
         }
         Command::Bench(Bench::Run { file, entry, args, runs, json, source }) => {
@@ -429,7 +449,7 @@ pub fn main(cli: Cli) -> ExitCode {
                 json,
                 source: &source,
             };
-            bench::run(a, plugin)
+            bench::run(a, target)
         }
         Command::Train {
             file,
@@ -458,7 +478,7 @@ pub fn main(cli: Cli) -> ExitCode {
                 quiet,
                 sebulba: shape.sebulba(sebulba),
             };
-            train::train(args, plugin)
+            train::train(args, target)
         }),
         Command::Bench(Bench::Train { file, shape, runs, json, source, sebulba }) => {
             source.options().and_then(|load| {
@@ -471,12 +491,12 @@ pub fn main(cli: Cli) -> ExitCode {
                     json,
                     sebulba: shape.sebulba(sebulba),
                 };
-                train::bench(args, plugin)
+                train::bench(args, target)
             })
         }
         Command::Env(EnvCmd::Install { packages }) => env::install(&packages),
-        Command::Env(EnvCmd::Describe { uri, host }) => env::describe(&uri, host.python, host.env_import, plugin),
-        Command::Devices { cpu_devices } => devices(plugin, cpu_devices),
+        Command::Env(EnvCmd::Describe { uri, host }) => env::describe(&uri, host.python, host.env_import),
+        Command::Devices { cpu_devices } => devices(target, cpu_devices),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -492,14 +512,28 @@ pub fn main(cli: Cli) -> ExitCode {
 /// `--no-cache`, set once in [`main`]: a setting of the whole process, as the flag is.
 static NO_CACHE: OnceLock<bool> = OnceLock::new();
 
+/// Where programs run: `--plugin`, and the backend with its client options.
+struct Target {
+    plugin: Option<PathBuf>,
+    options: ClientOptions,
+}
+
+impl Target {
+    /// The runtime, its CPU plugin asked for `cpu_devices` devices.
+    fn open(&self, cpu_devices: Option<usize>) -> Result<Client, Failure> {
+        let options = ClientOptions { cpu_device_count: cpu_devices, ..self.options.clone() };
+        Ok(Runtime::open_with(self.plugin.as_deref(), &options)?)
+    }
+}
+
 /// Opens the runtime with the compilation cache that `--no-cache` and the environment
 /// ask for (see `runtime::cache`).
-fn open_runtime(plugin: Option<&Path>, cpu_devices: Option<usize>) -> Result<Client, Failure> {
+fn open_runtime(target: &Target, cpu_devices: Option<usize>) -> Result<Client, Failure> {
     let cache = match NO_CACHE.get() {
         Some(true) => None,
         _ => CompileCache::from_env()?,
     };
-    Ok(Runtime::open(plugin, cpu_devices)?.with_compile_cache(cache))
+    Ok(target.open(cpu_devices)?.with_compile_cache(cache))
 }
 
 enum Failure {
@@ -596,15 +630,15 @@ fn build(file: &Path, opts: &LoadOptions, emit: Emit, name: &str, output: Option
     Ok(())
 }
 
-/// `run` (with `Some(plugin)`) and `eval` (with `None`).
-fn run(a: &RunArgs, device: Option<Option<&Path>>) -> Result<(), Failure> {
+/// `run` (with `Some(target)`) and `eval` (with `None`).
+fn run(a: &RunArgs, device: Option<&Target>) -> Result<(), Failure> {
     let opts = a.source.options()?;
     let prog = load(&a.file, &opts)?;
     let e = entry(&prog, &opts.overrides, &a.entry)?;
     let args = read_args(&e, a.args.as_deref())?;
     let outs = match device {
-        Some(plugin) => {
-            let client = open_runtime(plugin, None)?;
+        Some(target) => {
+            let client = open_runtime(target, None)?;
             run_on_device(&client, &e, &args)?
         }
         None => driver::eval(&e, &args),
@@ -645,12 +679,16 @@ fn read_args(e: &Entry, args: Option<&str>) -> Result<Vec<Array>, Failure> {
     Ok(crate::io::args_from_json(&e.params, &v)?)
 }
 
-fn devices(plugin: Option<&Path>, cpu_devices: Option<usize>) -> Result<(), Failure> {
-    let client = Runtime::open(plugin, cpu_devices)?;
+fn devices(target: &Target, cpu_devices: Option<usize>) -> Result<(), Failure> {
+    let client = target.open(cpu_devices)?;
     let v = client.api_version();
     println!("plugin: {} (PJRT C API {v}, platform {})", client.plugin_path().display(), client.platform_name());
     for (i, d) in client.devices().iter().enumerate() {
-        println!("  {i}: {} ({}, id {})", d.description, d.kind, d.id);
+        let memory = match client.memory_limit(i) {
+            Some(bytes) => format!("{:.1} GiB", bytes as f64 / f64::from(1u32 << 30)),
+            None => "memory not reported".into(),
+        };
+        println!("  {i}: {} ({}, id {}, {memory})", d.description, d.kind, d.id);
     }
     Ok(())
 }

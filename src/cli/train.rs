@@ -260,16 +260,16 @@ fn shell_word(w: &str) -> String {
     }
 }
 
-pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+pub fn train(mut a: TrainArgs, target: &super::Target) -> Result<(), Failure> {
     resume_overrides(&mut a)?;
     if a.sebulba.is_some() {
-        return sebulba::train(a, plugin);
+        return sebulba::train(a, target);
     }
     begin(&a)?;
     let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
     let cfg = config(&a, &agent, shape);
     let resumed = resume(&a, &cfg)?;
-    let client = super::open_runtime(plugin, Some(shape.devices))?;
+    let client = super::open_runtime(target, Some(shape.devices))?;
     let mut t = trainer(&client, &prog, &a.load.overrides, &agent, shape)?;
     if !a.quiet {
         let seeds = match shape.seeds {
@@ -308,12 +308,12 @@ pub struct BenchTrainArgs {
 
 /// Compile time, then env steps per second (learning included) as the median of
 /// `runs` timed calls after a warm-up call.
-pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+pub fn bench(a: BenchTrainArgs, target: &super::Target) -> Result<(), Failure> {
     if a.sebulba.is_some() {
-        return sebulba::bench(a, plugin);
+        return sebulba::bench(a, target);
     }
     let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
-    let client = super::open_runtime(plugin, Some(shape.devices))?;
+    let client = super::open_runtime(target, Some(shape.devices))?;
     let mut t = trainer(&client, &prog, &a.load.overrides, &agent, shape)?;
     let runs: Vec<f64> = run::bench(&mut t, a.runs)?.into_iter().map(|r| r.steps_per_sec).collect();
     let median = crate::stats::median(&runs);

@@ -214,8 +214,9 @@ pub struct Options {
     pub step_timeout: Duration,
     /// Worker restarts allowed over the batch's life; one more is an error.
     pub max_restarts: u64,
-    /// The PJRT plugin for `pod:` envs (else the usual discovery).
+    /// The PJRT plugin for `pod:` envs (else the usual discovery) and its client options.
     pub plugin: Option<PathBuf>,
+    pub client: crate::runtime::ClientOptions,
     /// How a `pod:` env's file is loaded: `--lib` directories, and `--set` values when it
     /// is the run's root file.
     pub load: crate::driver::LoadOptions,
@@ -238,6 +239,7 @@ impl Options {
             step_timeout: Duration::from_secs(60),
             max_restarts: 10,
             plugin: None,
+            client: crate::runtime::ClientOptions::default(),
             load: crate::driver::LoadOptions::default(),
             render: false,
             cancel: None,
@@ -257,7 +259,7 @@ pub fn open(uri: &str, opts: &Options, client: Option<&Client>) -> Result<Box<dy
             let client = match client {
                 Some(c) => c,
                 None => {
-                    owned = crate::runtime::Runtime::open(opts.plugin.as_deref(), None)?;
+                    owned = crate::runtime::Runtime::open_with(opts.plugin.as_deref(), &opts.client)?;
                     &owned
                 }
             };

@@ -37,6 +37,7 @@ use std::path::{Path, PathBuf};
 
 pub use cache::{CacheStatus, CompileCache};
 pub use pjrt::{ApiVersion, Buffer, Client, ClientOptions, Device, Executable, XlaOption};
+pub use plugin::Backend;
 
 /// Everything that can go wrong in the runtime. None of these is a panic: a bad plugin,
 /// a failed install, a program XLA rejects and a misuse of the API all end up here.
@@ -87,7 +88,7 @@ pub enum RuntimeError {
     NoCacheDir,
     /// Installing the CPU plugin into the cache failed.
     #[error(
-        "could not install the PJRT CPU plugin: {reason}\n  to install it yourself, run: {command}\n  or set {}=/path/to/libpjrt_cpu.so (or pass --plugin PATH)",
+        "could not install the PJRT plugin: {reason}\n  to install it yourself, run: {command}\n  or set {}=/path/to/the/plugin.so (or pass --plugin PATH)",
         plugin::PLUGIN_ENV
     )]
     Install {
@@ -96,6 +97,17 @@ pub enum RuntimeError {
         /// The exact command that installs the plugin where discovery looks for it.
         command: String,
     },
+    /// `--backend cuda` on a machine without the NVIDIA driver.
+    #[error(
+        "--backend cuda: this machine has no NVIDIA driver ({} was not found); run on a machine with an NVIDIA GPU, or use --backend cpu",
+        plugin::CUDA_DRIVER
+    )]
+    NoCudaDriver,
+    /// The CUDA plugin found the driver but no GPU it may use.
+    #[error(
+        "--backend cuda: no NVIDIA GPU is visible ({0}); check `nvidia-smi` and CUDA_VISIBLE_DEVICES, or use --backend cpu"
+    )]
+    NoGpu(String),
     /// A device index past the client's devices.
     #[error("device index {index} is out of range: the client has {count} device(s)")]
     NoSuchDevice {
@@ -156,13 +168,32 @@ impl fmt::Display for ErrorCode {
 pub struct Runtime;
 
 impl Runtime {
-    /// Finds a plugin (see [`plugin::find`]: `explicit`, then `PODC_PJRT_PLUGIN`, then the
-    /// cache, installing the CPU plugin there if needed), loads it and creates a client.
-    ///
-    /// `cpu_device_count` asks the CPU plugin for that many devices; leave it `None` for
-    /// other plugins, which reject options they do not know.
+    /// The CPU plugin (see [`plugin::find`]: `explicit`, then `PODC_PJRT_PLUGIN`, then the
+    /// cache, installing it there if needed), loaded, with a client of
+    /// `cpu_device_count` devices (`None`: the plugin's default).
     pub fn open(explicit: Option<&Path>, cpu_device_count: Option<usize>) -> Result<Client> {
-        let path = plugin::find(explicit)?;
-        Client::new(&path, ClientOptions { cpu_device_count })
+        Runtime::open_with(explicit, &ClientOptions { cpu_device_count, ..ClientOptions::default() })
+    }
+
+    /// The plugin of `options.backend`, found, loaded (after the libraries it needs) and
+    /// given a client with the options that backend takes.
+    pub fn open_with(explicit: Option<&Path>, options: &ClientOptions) -> Result<Client> {
+        let found = plugin::find(options.backend, explicit)?;
+        for library in &found.preload {
+            // As JAX: a library that does not load is left for the plugin to report.
+            let _ = pjrt::preload(library);
+        }
+        let client = Client::new(&found.path, options).map_err(|e| match e {
+            RuntimeError::Pjrt { message, .. } if message.contains("No visible GPU devices") => {
+                RuntimeError::NoGpu(message)
+            }
+            e => e,
+        })?;
+        Ok(match found.cuda_data_dir {
+            Some(dir) => {
+                client.with_xla_options(&[("xla_gpu_cuda_data_dir", XlaOption::Str(dir.display().to_string()))])
+            }
+            None => client,
+        })
     }
 }

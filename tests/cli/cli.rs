@@ -104,6 +104,43 @@ fn u8_arguments_and_results() {
     }
 }
 
+/// `--backend cuda` (or `PODC_BACKEND=cuda`) without a GPU: one sentence at once, nothing
+/// fetched into the cache. On a machine with one, the devices it lists are GPUs.
+#[test]
+fn cuda_without_a_gpu_is_one_clear_sentence() {
+    let cache = tempfile::tempdir().unwrap();
+    let run = |args: &[&str], backend: Option<&str>| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_podc"));
+        c.args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .env("PODC_CACHE", cache.path())
+            .env_remove("PODC_PJRT_PLUGIN");
+        match backend {
+            Some(b) => c.env("PODC_BACKEND", b),
+            None => c.env_remove("PODC_BACKEND"),
+        };
+        c.output().expect("podc starts")
+    };
+    let flag = run(&["--backend", "cuda", "devices"], None);
+    if flag.status.success() {
+        assert!(stdout(&flag).contains("platform cuda"), "{}", stdout(&flag));
+        return;
+    }
+    for o in [flag, run(&["run", "examples/basics/matmul.pod"], Some("cuda"))] {
+        assert_eq!(o.status.code(), Some(1));
+        let err = stderr(&o);
+        assert!(
+            err == "error: --backend cuda: this machine has no NVIDIA driver (libcuda.so.1 was not found); run on a machine with an NVIDIA GPU, or use --backend cpu\n"
+                || (err.starts_with("error: --backend cuda: no NVIDIA GPU is visible") && err.lines().count() == 1),
+            "{err}"
+        );
+    }
+    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0, "nothing fetched");
+    let o = run(&["--backend", "tpu", "devices"], None);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("unknown backend `tpu`: use `cpu` or `cuda`"), "{}", stderr(&o));
+}
+
 #[test]
 fn a_missing_plugin_is_named() {
     let o = podc(&["run", "examples/basics/matmul.pod", "--plugin", "/nonexistent/libpjrt.so"]);

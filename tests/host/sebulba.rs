@@ -537,12 +537,16 @@ fn agents_take_their_sizes_from_the_env_they_train_on() {
 
     let src = std::fs::read_to_string(root().join("examples/ppo.pod")).unwrap();
     let agent = dir.path().join("ppo_four.pod");
-    std::fs::write(&agent, src.replace("fn value(p: Params, obs: f32[OBS])", "fn value(p: Params, obs: f32[4])")).unwrap();
+    std::fs::write(&agent, src.replace("fn value(p: Params, obs: f32[OBS])", "fn value(p: Params, obs: f32[4])"))
+        .unwrap();
     let o = train(agent.to_str().unwrap(), "memory_chain", &dir.path().join("four"), &[]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains("error[E0205]") && err.contains("ppo_four.pod:"), "{err}");
-    assert!(err.contains("= `OBS = 3`, `ACTIONS = 2` from the spaces of `pod:examples/envs/memory_chain.pod`"), "{err}");
+    assert!(
+        err.contains("= `OBS = 3`, `ACTIONS = 2` from the spaces of `pod:examples/envs/memory_chain.pod`"),
+        "{err}"
+    );
 }
 
 /// The same agents on Gymnasium envs whose sizes they were not written with: Acrobot-v1

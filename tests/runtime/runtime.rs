@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 
 use podracer::array::{Array, ArrayTy, DType, Data};
 use podracer::runtime::plugin::{self, CACHE_ENV, PLUGIN_ENV};
-use podracer::runtime::{Client, ClientOptions, Runtime, RuntimeError};
+use podracer::runtime::{Backend, Client, ClientOptions, Runtime, RuntimeError};
 
 /// Set (to the test's name) in a child process running one probe.
 const CHILD_ENV: &str = "PODRACER_RUNTIME_TEST_CHILD";
@@ -383,9 +383,9 @@ func.func public @main(%x: tensor<2xf32> {tf.aliasing_output = 0 : i32}) -> tens
 #[test]
 fn missing_plugin_path_is_named() {
     let path = Path::new("/nonexistent/podracer/libpjrt_missing.so");
-    let text = error_text(Client::new(path, ClientOptions::default()));
+    let text = error_text(Client::new(path, &ClientOptions::default()));
     assert!(text.contains(&*path.to_string_lossy()), "{text}");
-    let text = error_text(plugin::find(Some(path)));
+    let text = error_text(plugin::find(Backend::Cpu, Some(path)));
     assert!(text.contains(&*path.to_string_lossy()) && text.contains("--plugin"), "{text}");
 }
 
@@ -394,7 +394,7 @@ fn text_file_is_not_a_plugin() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("libpjrt_fake.so");
     fs::write(&path, "not a shared library\n").expect("write");
-    let text = error_text(Client::new(&path, ClientOptions::default()));
+    let text = error_text(Client::new(&path, &ClientOptions::default()));
     assert!(text.contains(&*path.to_string_lossy()), "{text}");
     assert!(text.contains("cannot load"), "{text}");
 }
@@ -409,7 +409,7 @@ fn shared_library_without_pjrt_is_not_a_plugin() {
         .find(|path| path.contains("/libc.so") || path.contains("/libc-"))
         .map(PathBuf::from)
         .expect("libc in /proc/self/maps");
-    let text = error_text(Client::new(&libc, ClientOptions::default()));
+    let text = error_text(Client::new(&libc, &ClientOptions::default()));
     assert!(text.contains(&*libc.to_string_lossy()), "{text}");
     assert!(text.contains("GetPjrtApi"), "{text}");
 }
@@ -432,8 +432,8 @@ fn discovery_prefers_explicit_then_env_then_cache() {
     const EXPLICIT_ENV: &str = "PODRACER_TEST_EXPLICIT_PLUGIN";
     let lookup = || {
         let explicit = env::var_os(EXPLICIT_ENV).map(PathBuf::from);
-        let found = plugin::find(explicit.as_deref()).expect("find");
-        found.to_string_lossy().into_owned()
+        let found = plugin::find(Backend::Cpu, explicit.as_deref()).expect("find");
+        found.path.to_string_lossy().into_owned()
     };
     if env::var(CHILD_ENV).as_deref() == Ok(TEST) {
         in_child(TEST, &[], lookup);
@@ -469,7 +469,7 @@ fn failed_install_names_the_command_and_the_env_var() {
             // No python3 on PATH: the install cannot start.
             ("PATH", Some(empty_path.path())),
         ],
-        || error_text(plugin::find(None)),
+        || error_text(plugin::find(Backend::Cpu, None)),
     );
     if let Some(text) = result {
         assert!(text.contains("python3 was not found"), "{text}");

@@ -78,7 +78,12 @@ fn host_options(flags: &SebulbaFlags) -> crate::host::Options {
 /// With `--env URI`, the consts that the agent's `extern env` names in its spaces take
 /// that env's sizes (see `binding`), alongside the `--set` values. A program that does not
 /// check with them is reported with the env named.
-fn bind_env(file: &Path, opts: &LoadOptions, agent: Option<&str>, flags: &SebulbaFlags) -> Result<LoadOptions, Failure> {
+fn bind_env(
+    file: &Path,
+    opts: &LoadOptions,
+    agent: Option<&str>,
+    flags: &SebulbaFlags,
+) -> Result<LoadOptions, Failure> {
     let Some(uri) = &flags.env else { return Ok(opts.clone()) };
     let prog = load(file, opts)?;
     let name = pick_agent(&prog, agent).map_err(|m| format!("`{}`: {m}", file.display()))?;
@@ -111,12 +116,12 @@ fn setup(
     agent: Option<&str>,
     sizes: &Sizes,
     flags: &SebulbaFlags,
-    plugin: Option<&Path>,
+    target: &crate::cli::Target,
 ) -> Result<Setup, Failure> {
     let start = Instant::now();
     let (prog, name, _) = prepare(file, opts, agent, &Sizes { devices: 1, ..*sizes })?;
     let devices = flags.actor_devices.iter().chain(&flags.learner_devices).max().map_or(1, |d| d + 1);
-    let client = super::super::open_runtime(plugin, Some(devices))?;
+    let client = super::super::open_runtime(target, Some(devices))?;
     let mut cfg = layout((&prog, &opts.overrides), &name, sizes, flags, client.platform_name())?;
     let per_device = cfg.envs / cfg.learner_devices.len();
     let agent = build_agent(&prog, &opts.overrides, &name, per_device, cfg.rollout).map_err(|d| {
@@ -153,11 +158,11 @@ fn recorded_imports(modules: &[String]) -> Vec<String> {
     modules.iter().map(|m| absolute(m).map_or_else(|| m.clone(), |p| p.display().to_string())).collect()
 }
 
-pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+pub fn train(mut a: TrainArgs, target: &crate::cli::Target) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
     super::begin(&a)?;
     a.load = bind_env(&a.file, &a.load, a.agent.as_deref(), &flags)?;
-    let s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
+    let s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, target)?;
     let cfg = sebulba_config(&a, &s);
     let resumed = resume(&a, &cfg)?;
     let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
@@ -183,10 +188,10 @@ pub fn train(mut a: TrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
 
 /// Compile time, then env steps per second as the median over `runs` reports (of
 /// `--updates-per-call` updates each) after a warm-up report; plus the idle fractions.
-pub fn bench(a: BenchTrainArgs, plugin: Option<&Path>) -> Result<(), Failure> {
+pub fn bench(a: BenchTrainArgs, target: &crate::cli::Target) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
     let load = bind_env(&a.file, &a.load, a.agent.as_deref(), &flags)?;
-    let s = setup(&a.file, &load, a.agent.as_deref(), &a.sizes, &flags, plugin)?;
+    let s = setup(&a.file, &load, a.agent.as_deref(), &a.sizes, &flags, target)?;
     let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
     let runs = run::bench(&mut t, a.runs)?;
     let sps: Vec<f64> = runs.iter().map(|r| r.steps_per_sec).collect();

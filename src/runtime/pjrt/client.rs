@@ -5,18 +5,61 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::buffer::Buffer;
-use super::ffi::{self, ClientHandle, ExecutableHandle};
+use super::ffi::{self, ClientHandle, CreateValue, ExecutableHandle};
 use crate::array::Array;
 use crate::runtime::cache::{CacheStatus, CompileCache, Key};
+use crate::runtime::plugin::Backend;
 use crate::runtime::{Result, RuntimeError};
 
-/// Options for [`Client::new`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Options for [`Client::new`]. Each reaches only the plugin of its backend: plugins
+/// reject create options they do not know (the CUDA plugin fails on `cpu_device_count`).
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClientOptions {
-    /// How many devices the CPU plugin should make (its `cpu_device_count` create
-    /// option). `None` leaves the plugin's default (4 on the CPU plugin) and passes no
-    /// option, which is what other plugins need: they reject options they do not know.
+    /// The kind of plugin, which decides the create options sent.
+    pub backend: Backend,
+    /// How many devices the CPU plugin should make (its `cpu_device_count`). `None`
+    /// leaves its default (4). A GPU plugin has its physical devices: not sent.
     pub cpu_device_count: Option<usize>,
+    /// The fraction of each GPU's memory the CUDA plugin may use (its `memory_fraction`;
+    /// JAX's `XLA_PYTHON_CLIENT_MEM_FRACTION`), in (0, 1].
+    pub gpu_memory_fraction: Option<f32>,
+    /// Whether the CUDA plugin takes that memory when it starts (its `preallocate`; JAX's
+    /// `XLA_PYTHON_CLIENT_PREALLOCATE`).
+    pub gpu_preallocate: Option<bool>,
+}
+
+impl ClientOptions {
+    /// The `PJRT_Client_Create` options of these for the backend's plugin. A GPU option
+    /// for the CPU backend is an error rather than dropped: it says the user meant a GPU.
+    pub fn create_options(&self) -> Result<Vec<(&'static str, CreateValue)>> {
+        let mut out = vec![];
+        match self.backend {
+            Backend::Cpu => {
+                if self.gpu_memory_fraction.is_some() || self.gpu_preallocate.is_some() {
+                    return Err(RuntimeError::Usage(
+                        "the GPU memory options apply to `--backend cuda`, not the CPU plugin".into(),
+                    ));
+                }
+                if let Some(count) = self.cpu_device_count {
+                    let count = i64::try_from(count)
+                        .map_err(|_| RuntimeError::Usage(format!("cpu_device_count {count} is too large")))?;
+                    out.push(("cpu_device_count", CreateValue::Int(count)));
+                }
+            }
+            Backend::Cuda => {
+                if let Some(f) = self.gpu_memory_fraction {
+                    if !(f > 0.0 && f <= 1.0) {
+                        return Err(RuntimeError::Usage(format!("a GPU memory fraction must lie in (0, 1], not {f}")));
+                    }
+                    out.push(("memory_fraction", CreateValue::Float(f)));
+                }
+                if let Some(p) = self.gpu_preallocate {
+                    out.push(("preallocate", CreateValue::Bool(p)));
+                }
+            }
+        }
+        Ok(out)
+    }
 }
 
 /// A value of an XLA debug option (what `XLA_FLAGS` sets), given to each compile in
@@ -87,15 +130,10 @@ impl fmt::Debug for Client {
 impl Client {
     /// Loads the plugin at `plugin` (once per process; it is never unloaded) and creates
     /// a client on it.
-    pub fn new(plugin: &Path, options: ClientOptions) -> Result<Client> {
+    pub fn new(plugin: &Path, options: &ClientOptions) -> Result<Client> {
+        let create_options = options.create_options()?;
         let api = ffi::load(plugin)?;
-        let mut int_options = Vec::new();
-        if let Some(count) = options.cpu_device_count {
-            let count = i64::try_from(count)
-                .map_err(|_| RuntimeError::Usage(format!("cpu_device_count {count} is too large")))?;
-            int_options.push(("cpu_device_count", count));
-        }
-        let handle = Arc::new(ClientHandle::create(api, &int_options)?);
+        let handle = Arc::new(ClientHandle::create(api, &create_options)?);
         let devices = handle
             .device_infos()
             .iter()
@@ -123,6 +161,12 @@ impl Client {
     pub fn with_xla_options(mut self, options: &[(&str, XlaOption)]) -> Client {
         self.xla_options = options.iter().map(|(name, value)| (name.to_string(), value.clone())).collect();
         self
+    }
+
+    /// How many bytes of memory the programs of device `index` may use, when the plugin
+    /// says (the CUDA plugin does; the CPU plugin does not implement it).
+    pub fn memory_limit(&self, index: usize) -> Option<u64> {
+        self.handle.memory_limit(index).ok().flatten().and_then(|b| u64::try_from(b).ok())
     }
 
     /// The plugin's platform, e.g. "cpu" or "cuda".

@@ -106,8 +106,8 @@ args!(
     EventAwaitArgs { event: *mut RawEvent, }
 );
 args!(
-    /// `PJRT_NamedValue`; `value` is the 8-byte union of which podracer only sets
-    /// `int64_value`.
+    /// `PJRT_NamedValue`; `value` is the 8-byte union of which podracer sets
+    /// `int64_value`, `float_value` and `bool_value`.
     NamedValue {
         name: *const c_char,
         name_size: usize,
@@ -227,6 +227,33 @@ args!(
     DeviceGetDescriptionArgs {
         device: *mut RawDevice,
         device_description: *mut RawDeviceDescription,
+    }
+);
+args!(
+    /// `PJRT_Device_MemoryStats_Args`: each statistic but the first with its `_is_set`.
+    DeviceMemoryStatsArgs {
+        device: *mut RawDevice,
+        bytes_in_use: i64,
+        peak_bytes_in_use: i64,
+        peak_bytes_in_use_is_set: bool,
+        num_allocs: i64,
+        num_allocs_is_set: bool,
+        largest_alloc_size: i64,
+        largest_alloc_size_is_set: bool,
+        bytes_limit: i64,
+        bytes_limit_is_set: bool,
+        bytes_reserved: i64,
+        bytes_reserved_is_set: bool,
+        peak_bytes_reserved: i64,
+        peak_bytes_reserved_is_set: bool,
+        bytes_reservable_limit: i64,
+        bytes_reservable_limit_is_set: bool,
+        largest_free_block_bytes: i64,
+        largest_free_block_bytes_is_set: bool,
+        pool_bytes: i64,
+        pool_bytes_is_set: bool,
+        peak_pool_bytes: i64,
+        peak_pool_bytes_is_set: bool,
     }
 );
 args!(
@@ -377,7 +404,9 @@ struct ApiTable {
     _device_description_debug_string: Slot,                                // 28
     device_description_to_string: ErrFn<DeviceDescriptionToStringArgs>,    // 29
     device_get_description: ErrFn<DeviceGetDescriptionArgs>,               // 30
-    _device_rest_and_memory: [Slot; 10],                                   // 31-40
+    _device_is_addressable_to_default_memory: [Slot; 4],                   // 31-34
+    device_memory_stats: ErrFn<DeviceMemoryStatsArgs>,                     // 35
+    _memory: [Slot; 5],                                                    // 36-40
     executable_destroy: ErrFn<ExecutableDestroyArgs>,                      // 41
     _executable_name_replicas_partitions: [Slot; 3],                       // 42-44
     executable_num_outputs: ErrFn<ExecutableNumOutputsArgs>,               // 45
@@ -413,6 +442,8 @@ const _: () = {
     assert!(size_of::<ExecutableDeserializeAndLoadArgs>() == 72);
     assert!(size_of::<BufferToHostBufferArgs>() == 56);
     assert!(size_of::<NamedValue>() == 56);
+    assert!(size_of::<DeviceMemoryStatsArgs>() == 192);
+    assert!(offset_of!(ApiTable, device_memory_stats) == 40 + 34 * 8);
     assert!(size_of::<MemoryLayout>() == 80);
     assert!(size_of::<LoadedExecutableExecuteArgs>() == 80);
     assert!(size_of::<ClientCreateArgs>() == 88);
@@ -431,6 +462,35 @@ const _: () = {
 
 /// `PJRT_NamedValue_kInt64`
 const NAMED_VALUE_INT64: c_int = 1;
+/// `PJRT_NamedValue_kFloat`
+const NAMED_VALUE_FLOAT: c_int = 3;
+/// `PJRT_NamedValue_kBool`
+const NAMED_VALUE_BOOL: c_int = 4;
+
+/// A value of a `PJRT_Client_Create` option.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum CreateValue {
+    Int(i64),
+    Float(f32),
+    Bool(bool),
+}
+
+/// Whether the dynamic loader finds the shared library `name` (a soname such as
+/// `libcuda.so.1`, looked up as `dlopen` does). A library found stays loaded.
+pub(crate) fn library_loads(name: &str) -> bool {
+    preload(Path::new(name)).is_ok()
+}
+
+/// Loads the shared library at `path` for the rest of the process, so that a plugin
+/// loaded later finds it by its soname (as JAX preloads NVIDIA's libraries from their
+/// wheels before it loads the CUDA plugin).
+pub(crate) fn preload(path: &Path) -> std::result::Result<(), String> {
+    // SAFETY: loading a library runs its initialisers; the libraries loaded here are the
+    // NVIDIA runtime libraries that the plugin the user chose would load itself.
+    let library = unsafe { libloading::Library::new(path) }.map_err(|e| e.to_string())?;
+    std::mem::forget(library);
+    Ok(())
+}
 /// `PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes`: the plugin may read the
 /// host data until `done_with_host_buffer` fires, which `buffer_from_host` awaits.
 const HOST_BUFFER_IMMUTABLE_UNTIL_TRANSFER_COMPLETES: c_int = 1;
@@ -713,17 +773,21 @@ unsafe impl Send for ClientHandle {}
 unsafe impl Sync for ClientHandle {}
 
 impl ClientHandle {
-    /// `PJRT_Client_Create` with int64 create options, then reads the platform name and
+    /// `PJRT_Client_Create` with these create options, then reads the platform name and
     /// the addressable devices.
-    pub(crate) fn create(api: &'static Api, int_options: &[(&str, i64)]) -> Result<ClientHandle> {
-        let options: Vec<NamedValue> = int_options
+    pub(crate) fn create(api: &'static Api, create_options: &[(&str, CreateValue)]) -> Result<ClientHandle> {
+        let options: Vec<NamedValue> = create_options
             .iter()
             .map(|(name, value)| {
                 let mut v = NamedValue::new();
                 v.name = name.as_ptr().cast();
                 v.name_size = name.len();
-                v.value_type = NAMED_VALUE_INT64;
-                v.value = *value;
+                // The union's first bytes hold the value (x86-64 and aarch64 are little-endian).
+                (v.value_type, v.value) = match *value {
+                    CreateValue::Int(x) => (NAMED_VALUE_INT64, x),
+                    CreateValue::Float(x) => (NAMED_VALUE_FLOAT, i64::from(x.to_bits())),
+                    CreateValue::Bool(x) => (NAMED_VALUE_BOOL, i64::from(x)),
+                };
                 v.value_size = 1;
                 v
             })
@@ -791,6 +855,16 @@ impl ClientHandle {
     /// `PJRT_Client_PlatformName`, e.g. "cpu".
     pub(crate) fn platform_name(&self) -> &str {
         &self.platform_name
+    }
+
+    /// `PJRT_Device_MemoryStats`' `bytes_limit`: the memory a device's programs may use,
+    /// when the plugin reports it.
+    pub(crate) fn memory_limit(&self, index: usize) -> Result<Option<i64>> {
+        let api = self.api;
+        let mut args = DeviceMemoryStatsArgs::new();
+        args.device = self.device(index)?.as_ptr();
+        api.call(api.table.device_memory_stats, "PJRT_Device_MemoryStats", &mut args)?;
+        Ok(args.bytes_limit_is_set.then_some(args.bytes_limit))
     }
 
     /// The addressable devices, in the plugin's order.

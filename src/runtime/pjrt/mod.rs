@@ -12,3 +12,4 @@ mod ffi;
 
 pub use buffer::Buffer;
 pub use client::{ApiVersion, Client, ClientOptions, Device, Executable, XlaOption};
+pub(crate) use ffi::{library_loads, preload};

@@ -71,7 +71,9 @@ impl Actor {
         for h in 0..self.buffers {
             let mut env = host::open(&self.uri, &self.opts, Some(&self.client)).map_err(|e| e.to_string())?;
             check_spec(&self.expected, env.spec(), &self.uri)?;
-            if h == 0 && self.thread == 0 && env.spec().time_limit != self.expected.time_limit {
+            // An agent's env without a time limit takes the host env's without a note.
+            let declared = self.expected.time_limit;
+            if h == 0 && self.thread == 0 && declared.is_some() && env.spec().time_limit != declared {
                 let note = format!(
                     "`{}` has {}, the agent's env `{}` {}; the host env's is used",
                     self.uri,
