@@ -5,6 +5,7 @@
 #[path = "../tier/mod.rs"]
 mod tier;
 
+mod gpu_check;
 mod host;
 mod host_play;
 mod sebulba;

@@ -414,6 +414,36 @@ fn put_bytes_field(out: &mut Vec<u8>, field: u64, bytes: &[u8]) {
 mod tests {
     use super::*;
 
+    fn names(o: &ClientOptions) -> Vec<&'static str> {
+        o.create_options().unwrap().into_iter().map(|(n, _)| n).collect()
+    }
+
+    #[test]
+    fn each_option_reaches_only_its_backends_plugin() {
+        let cpu = ClientOptions { cpu_device_count: Some(2), ..ClientOptions::default() };
+        assert_eq!(cpu.create_options().unwrap(), [("cpu_device_count", CreateValue::Int(2))]);
+        assert!(names(&ClientOptions::default()).is_empty());
+        // The CUDA plugin rejects names it does not know: `cpu_device_count` never reaches it.
+        let cuda = ClientOptions { backend: Backend::Cuda, cpu_device_count: Some(2), ..ClientOptions::default() };
+        assert!(names(&cuda).is_empty());
+        let cuda = ClientOptions { gpu_memory_fraction: Some(0.5), gpu_preallocate: Some(false), ..cuda };
+        assert_eq!(
+            cuda.create_options().unwrap(),
+            [("memory_fraction", CreateValue::Float(0.5)), ("preallocate", CreateValue::Bool(false))]
+        );
+    }
+
+    #[test]
+    fn gpu_options_are_checked() {
+        let on_cpu = ClientOptions { gpu_preallocate: Some(true), ..ClientOptions::default() };
+        let err = on_cpu.create_options().unwrap_err().to_string();
+        assert_eq!(err, "the GPU memory options apply to `--backend cuda`, not the CPU plugin");
+        for f in [0.0, 1.5, f32::NAN] {
+            let o = ClientOptions { backend: Backend::Cuda, gpu_memory_fraction: Some(f), ..ClientOptions::default() };
+            assert!(o.create_options().unwrap_err().to_string().contains("must lie in (0, 1]"), "{f}");
+        }
+    }
+
     #[test]
     fn varints() {
         let mut out = Vec::new();
