@@ -214,8 +214,9 @@ pub struct Options {
     pub step_timeout: Duration,
     /// Worker restarts allowed over the batch's life; one more is an error.
     pub max_restarts: u64,
-    /// The PJRT plugin for `pod:` envs (else the usual discovery) and its client options.
+    /// The PJRT plugin for `pod:` envs (else the usual discovery of the backend's).
     pub plugin: Option<PathBuf>,
+    /// The backend and client options of the client opened for `pod:` envs.
     pub client: crate::runtime::ClientOptions,
     /// How a `pod:` env's file is loaded: `--lib` directories, and `--set` values when it
     /// is the run's root file.
