@@ -475,7 +475,8 @@ fn a_pixel_agent_trains_on_ale_pong() {
 
 /// `examples/ppo.pod` and `examples/ppo_continuous.pod`, unedited, take their sizes from
 /// the env they train on (`.pod` envs through `pod:`: three observation sizes, both kinds
-/// of action), and the run's config records them, so that `--resume` keeps them. An env
+/// of action, each with a time limit the agent's env does not declare), and the run's
+/// config records them, so that `--resume` keeps them. An env
 /// of another kind is refused before anything compiles, naming both; a shape the agent
 /// hard-codes is checked with the env's sizes, the diagnostic naming where they came from.
 #[test]
@@ -501,6 +502,8 @@ fn agents_take_their_sizes_from_the_env_they_train_on() {
         let out = dir.path().join(env);
         let o = train(agent, env, &out, &["--total-steps", "2048"]);
         assert!(o.status.success(), "{env}: {}", stderr(&o));
+        // An `extern env` without a time limit takes the host env's without a note.
+        assert!(!stderr(&o).contains("time limit"), "{env}: {}", stderr(&o));
         let o = train(agent, env, &out, &["--total-steps", "4096", "--resume", out.to_str().unwrap()]);
         assert!(o.status.success(), "{env} resumed: {}", stderr(&o));
         assert_eq!(records(&out).last().unwrap()["env_steps"], 4096, "{env}");
