@@ -30,10 +30,15 @@ while [ $# -gt 0 ]; do
         *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
-cd "$(dirname "$0")/.."
-PODC=$(realpath "$PODC")
+# Paths given are the caller's; the steps run from the repository root.
+if [ "$PODC" != target/release/podc ]; then PODC=$(realpath "$PODC"); fi
 mkdir -p "$OUT/logs" "$OUT/figures"
 OUT=$(realpath "$OUT")
+if [ -n "$WHEELS" ]; then WHEELS=$(realpath "$WHEELS"); fi
+PY=$(command -v "$PY" || echo "$PY")
+case "$PY" in /*) ;; *) PY=$(realpath "$PY") ;; esac
+cd "$(dirname "$0")/.."
+PODC=$(realpath "$PODC")
 : > "$OUT/steps.jsonl"
 
 if [ "$DRY" = 1 ]; then
@@ -49,7 +54,6 @@ else
 fi
 export PODC_BACKEND=$BACKEND
 
-PY=$(command -v "$PY")
 if [ -n "$WHEELS" ]; then
     python3 -m venv --system-site-packages "$OUT/venv" &&
         "$OUT/venv/bin/pip" install -q --no-index --find-links "$WHEELS" gymnax flax optax gymnasium &&

@@ -282,7 +282,7 @@ fn pod_target(uri: &EnvUri) -> Result<(PathBuf, Option<String>), HostError> {
 }
 
 /// The spaces of the env a URI names, without keeping it (`podc env describe`); a `pod:`
-/// env's are its declared ones, and it is not compiled.
+/// env's are its declared ones, and XLA does not compile it.
 pub fn describe_uri(uri: &str, opts: &Options) -> Result<EnvSpec, HostError> {
     let parsed = EnvUri::parse(uri)?;
     if parsed.backend == Backend::Pod {

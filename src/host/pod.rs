@@ -107,7 +107,7 @@ fn load_env(
     Ok((prog, env, spec))
 }
 
-/// The spaces of the env `name` (or the file's only env) of `file`, without compiling it.
+/// The spaces of the env `name` (or the file's only env) of `file`, checked and built but not compiled by XLA.
 pub fn spec(file: &Path, name: Option<&str>, load: &crate::driver::LoadOptions) -> Result<EnvSpec, HostError> {
     Ok(load_env(file, name, load)?.2)
 }

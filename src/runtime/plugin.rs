@@ -43,15 +43,6 @@ pub enum Backend {
     Cuda,
 }
 
-impl Backend {
-    pub fn name(self) -> &'static str {
-        match self {
-            Backend::Cpu => "cpu",
-            Backend::Cuda => "cuda",
-        }
-    }
-}
-
 impl std::str::FromStr for Backend {
     type Err = String;
 
@@ -236,11 +227,6 @@ fn install_dir_name(package: &Package) -> String {
     package.requirements[0].replace("==", "-")
 }
 
-/// Installs the pinned CPU plugin into `cache` with pip and returns the plugin's path.
-pub fn install_cpu_plugin(cache: &Path) -> Result<PathBuf> {
-    install(cache, &CPU_PACKAGE)
-}
-
 /// Installs `package` into `cache` with pip and returns the plugin's path. Says so on
 /// stderr first, with the download's size. pip's own output goes to stderr too, keeping
 /// stdout for the program's results.
@@ -316,7 +302,7 @@ mod tests {
     #[test]
     fn backends_by_name() {
         assert_eq!("cuda".parse::<Backend>(), Ok(Backend::Cuda));
-        assert_eq!("cpu".parse::<Backend>().map(Backend::name), Ok("cpu"));
+        assert_eq!("cpu".parse::<Backend>(), Ok(Backend::Cpu));
         assert_eq!("tpu".parse::<Backend>(), Err("unknown backend `tpu`: use `cpu` or `cuda`".into()));
     }
 

@@ -23,7 +23,8 @@ fn the_dry_run_writes_every_step() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let summary: Value = serde_json::from_str(&std::fs::read_to_string(out.path().join("summary.json")).unwrap()).unwrap();
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["dry_run"], true);
     assert_eq!(summary["backend"], "cpu");
     let steps = summary["steps"].as_array().unwrap();
@@ -39,7 +40,8 @@ fn the_dry_run_writes_every_step() {
     }
     assert_eq!(step("parity")["figures"][0]["ok"], true);
     assert_eq!(step("bench_env")["figures"].as_array().unwrap().len(), 4);
-    let podc_side = |name: &str| step(name)["figures"].as_array().unwrap().iter().filter(|f| f["side"] == "podc").count();
+    let podc_side =
+        |name: &str| step(name)["figures"].as_array().unwrap().iter().filter(|f| f["side"] == "podc").count();
     assert_eq!(podc_side("bench_train"), 4);
     assert_eq!(podc_side("nature_cnn"), 1);
     assert!(step("sebulba")["figures"][0]["env_steps"].as_u64().unwrap() >= 65536);

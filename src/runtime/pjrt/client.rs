@@ -31,7 +31,7 @@ pub struct ClientOptions {
 impl ClientOptions {
     /// The `PJRT_Client_Create` options of these for the backend's plugin. A GPU option
     /// for the CPU backend is an error rather than dropped: it says the user meant a GPU.
-    pub fn create_options(&self) -> Result<Vec<(&'static str, CreateValue)>> {
+    pub(crate) fn create_options(&self) -> Result<Vec<(&'static str, CreateValue)>> {
         let mut out = vec![];
         match self.backend {
             Backend::Cpu => {
