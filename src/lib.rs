@@ -15,7 +15,8 @@
 //! Every primitive has one home under `prims/` holding all of its rules. The core is pure;
 //! IO lives in `resolve` (reading modules), `runtime`, `train` (a run's checkpoints,
 //! metrics and plots), `host` (env workers) and `cli`, and `unsafe` only in `runtime::pjrt::ffi`
-//! and `host::shm` (the memory shared with env workers).
+//! `host::shm` (the memory shared with env workers) and `distributed::gloo` (XLA's FFI
+//! calling into gloo).
 
 #![deny(unsafe_code)]
 
@@ -24,6 +25,7 @@ pub mod array;
 pub mod binding;
 pub mod cli;
 pub mod diag;
+pub mod distributed;
 pub mod driver;
 pub mod elab;
 pub mod host;

@@ -35,8 +35,9 @@ impl Elab<'_> {
             });
         }
         let vars = match self.b.as_mut() {
-            Some(b) => v.vars.iter().map(|&x| b.prim1(Prim::AllReduce(AllReduce { op }), &[x])).collect(),
-            None => vec![],
+            // One all-reduce for the whole tree.
+            Some(b) if !v.vars.is_empty() => b.prim(Prim::AllReduce(AllReduce { op }), &v.vars),
+            _ => vec![],
         };
         Val { vars, known: None, ..v }
     }

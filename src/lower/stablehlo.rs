@@ -33,6 +33,12 @@ pub fn lower_module(f: &Func, num_replicas: usize) -> String {
 /// same positions (which must have their types): XLA may then update them in place, and
 /// the caller's input buffers are consumed by the call.
 pub fn lower_module_donating(f: &Func, num_replicas: usize, donated: usize) -> String {
+    lower_module_across(f, num_replicas, 1, donated)
+}
+
+/// [`lower_module_donating`] for a program that `processes` processes each run on
+/// `num_replicas` devices: collectives reduce over all of their replicas.
+pub fn lower_module_across(f: &Func, num_replicas: usize, processes: usize, donated: usize) -> String {
     // Every program compiled passes here, the staged ones (Anakin, Sebulba, eval, bench)
     // included, which no other pass verifies.
     if cfg!(debug_assertions)
@@ -40,7 +46,7 @@ pub fn lower_module_donating(f: &Func, num_replicas: usize, donated: usize) -> S
     {
         panic!("internal compiler error: program @{} does not verify before lowering: {e}", f.name);
     }
-    let mut cx = LowerCx::with_replicas(num_replicas);
+    let mut cx = LowerCx::with_replicas(num_replicas).across_processes(processes);
     cx.open(&format!(
         "module @{} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = {num_replicas} : i32}} {{",
         symbol(&f.name)
@@ -140,7 +146,7 @@ fn lower_loop(
     for (&p, n) in body.params.iter().zip(&body_params) {
         env.insert(p, n.clone());
     }
-    let next = lower_graph(cx, f, body, env);
+    let next = cx.region(|cx| lower_graph(cx, f, body, env));
     let one = cx.constant(&Array::i32(vec![], vec![1]));
     let i_next = cx.op("stablehlo.add", &[body_params[0].clone(), one], "", &[i32_ty.clone(), i32_ty.clone()], &i32_ty);
     let mut yields = vec![i_next];

@@ -10,8 +10,13 @@ pub struct LowerCx {
     text: String,
     depth: usize,
     next: u32,
-    /// How many replicas run the program (what collectives reduce over).
+    /// How many replicas of the program each process runs.
     replicas: usize,
+    /// How many processes run it (collectives reduce over all their replicas).
+    processes: usize,
+    /// The last cross-process collective's token in the region being written (see
+    /// `prims::collective::CROSS_PROCESS_SUM`).
+    token: Option<String>,
 }
 
 impl Default for LowerCx {
@@ -28,12 +33,48 @@ impl LowerCx {
 
     /// An empty builder for a program that runs on `replicas` replicas.
     pub fn with_replicas(replicas: usize) -> LowerCx {
-        LowerCx { text: String::new(), depth: 0, next: 0, replicas }
+        LowerCx { text: String::new(), depth: 0, next: 0, replicas, processes: 1, token: None }
     }
 
-    /// How many replicas run the program.
+    /// This builder for a program that each of `processes` processes runs.
+    pub fn across_processes(self, processes: usize) -> LowerCx {
+        LowerCx { processes, ..self }
+    }
+
+    /// How many replicas of the program each process runs.
     pub fn replicas(&self) -> usize {
         self.replicas
+    }
+
+    /// How many processes run the program.
+    pub fn processes(&self) -> usize {
+        self.processes
+    }
+
+    /// The token the next cross-process collective takes: the last one's, else the
+    /// replica's index (`stablehlo.replica_id`).
+    pub fn collective_token(&mut self) -> String {
+        match &self.token {
+            Some(t) => t.clone(),
+            None => {
+                let t = self.op("stablehlo.replica_id", &[], "", &[], &ArrayTy::scalar(DType::U32));
+                self.token = Some(t.clone());
+                t
+            }
+        }
+    }
+
+    /// Records the token a cross-process collective returned.
+    pub fn set_collective_token(&mut self, token: String) {
+        self.token = Some(token);
+    }
+
+    /// Runs `write` for a nested region: the tokens it makes do not outlive it.
+    pub fn region<T>(&mut self, write: impl FnOnce(&mut LowerCx) -> T) -> T {
+        let outer = self.token.clone();
+        let r = write(self);
+        self.token = outer;
+        r
     }
 
     /// A fresh SSA name, `%N`.

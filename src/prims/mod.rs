@@ -34,7 +34,7 @@ use crate::prims::derivative::NotDifferentiable;
 use crate::prims::emit::LowerCx;
 
 pub use ad::StopGradient;
-pub use collective::{AllReduce, AllReduceOp};
+pub use collective::{AllReduce, AllReduceOp, CROSS_PROCESS_SUM};
 pub use conv::Conv;
 pub use dot::Dot;
 pub use elementwise::{Binary, BinaryOp, CmpOp, Compare, Convert, Select, Unary, UnaryOp};

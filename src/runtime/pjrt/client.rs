@@ -169,6 +169,12 @@ impl Client {
         self.handle.memory_limit(index).ok().flatten().and_then(|b| u64::try_from(b).ok())
     }
 
+    /// Registers a typed XLA FFI handler (an `XLA_FFI_Handler*`) as the target of
+    /// `stablehlo.custom_call @name` in this plugin's programs (process-wide).
+    pub fn register_ffi_handler(&self, name: &str, handler: *mut std::ffi::c_void) -> Result<()> {
+        self.handle.register_ffi_handler(name, self.platform_name(), handler)
+    }
+
     /// The plugin's platform, e.g. "cpu" or "cuda".
     pub fn platform_name(&self) -> &str {
         self.handle.platform_name()

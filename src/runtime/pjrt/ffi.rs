@@ -364,6 +364,39 @@ args!(
     }
 );
 
+/// `PJRT_Extension_Base`: the head of each entry of the table's extension list.
+#[repr(C)]
+struct ExtensionBase {
+    struct_size: usize,
+    kind: c_int,
+    next: *mut ExtensionBase,
+}
+
+/// `PJRT_Extension_Type_FFI`.
+const EXTENSION_FFI: c_int = 5;
+
+/// `PJRT_FFI_Extension`.
+#[repr(C)]
+struct FfiExtension {
+    base: ExtensionBase,
+    _type_id_register: Slot,
+    _user_data_add: Slot,
+    register_handler: ErrFn<FfiRegisterHandlerArgs>,
+}
+
+/// `PJRT_FFI_Register_Handler_Args` as the CPU plugin (PJRT 0.106) lays it out: no
+/// `extension_start`, no `api_version` (typed handlers only).
+#[repr(C)]
+struct FfiRegisterHandlerArgs {
+    struct_size: usize,
+    target_name: *const c_char,
+    target_name_size: usize,
+    handler: *mut c_void,
+    platform_name: *const c_char,
+    platform_name_size: usize,
+    traits: u32,
+}
+
 /// `PJRT_Api_Version`, inside the API table.
 #[repr(C)]
 struct ApiVersionStruct {
@@ -850,6 +883,37 @@ impl ClientHandle {
     /// The plugin's PJRT C API version (major, minor).
     pub(crate) fn api_version(&self) -> (i32, i32) {
         self.api.version
+    }
+
+    /// Registers `handler`, a typed XLA FFI handler (`XLA_FFI_Handler`), as the target of
+    /// `stablehlo.custom_call @name` on `platform`, through the plugin's FFI extension. The
+    /// registry is the plugin's, process-wide: register before compiling a program that
+    /// calls it.
+    pub(crate) fn register_ffi_handler(&self, name: &str, platform: &str, handler: *mut c_void) -> Result<()> {
+        let api = self.api;
+        let mut ext = api.table.extension_start.cast::<ExtensionBase>();
+        // SAFETY: the extensions form a list of plugin-owned structs, each starting with
+        // an `ExtensionBase`, that lives as long as the (never unloaded) plugin.
+        while let Some(base) = unsafe { ext.as_ref() } {
+            if base.kind == EXTENSION_FFI {
+                let ffi = ext.cast::<FfiExtension>();
+                let mut args = FfiRegisterHandlerArgs {
+                    struct_size: size_of::<FfiRegisterHandlerArgs>(),
+                    target_name: name.as_ptr().cast(),
+                    target_name_size: name.len(),
+                    handler,
+                    platform_name: platform.as_ptr().cast(),
+                    platform_name_size: platform.len(),
+                    traits: 0,
+                };
+                // SAFETY: `ffi` is the plugin's FFI extension (its type says so); the
+                // strings outlive the call, which copies them.
+                let register = unsafe { (*ffi).register_handler };
+                return api.call(register, "PJRT_FFI_Register_Handler", &mut args);
+            }
+            ext = base.next;
+        }
+        Err(RuntimeError::MissingFunction("the PJRT FFI extension"))
     }
 
     /// `PJRT_Client_PlatformName`, e.g. "cpu".
