@@ -14,6 +14,7 @@ use std::sync::OnceLock;
 mod bench;
 mod env;
 mod eval;
+mod launch;
 mod run_env;
 mod train;
 
@@ -163,6 +164,18 @@ enum Command {
     /// Measure throughput.
     #[command(subcommand)]
     Bench(Bench),
+    /// Run a job of N podc processes on this host (`podc launch --processes 2 -- train
+    /// AGENT.pod ...`): each is told the job's coordinator, size and its rank, as Slurm or
+    /// torchrun would; output is prefixed by rank; the first failure's status is the
+    /// launch's. Global flags (`--plugin`, ...) go after `--`.
+    Launch {
+        /// How many processes.
+        #[arg(long)]
+        processes: usize,
+        /// The podc command each process runs, after `--`.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
     /// List the plugin's devices.
     Devices {
         /// How many CPU devices the CPU plugin should expose.
@@ -331,6 +344,8 @@ struct ShapeArgs {
     /// with `--envs` environments.
     #[arg(long, default_value_t = 1)]
     seeds: usize,
+    #[command(flatten)]
+    distributed: crate::distributed::Flags,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -351,6 +366,7 @@ impl ShapeArgs {
             rollout: self.rollout,
             updates_per_call: self.updates_per_call,
             devices: self.devices,
+            processes: 1,
             seeds: self.seeds,
         }
     }
@@ -477,6 +493,7 @@ pub fn main(cli: Cli) -> ExitCode {
                 checkpoint_every,
                 quiet,
                 sebulba: shape.sebulba(sebulba),
+                distributed: shape.distributed.clone(),
             };
             train::train(args, target)
         }),
@@ -490,6 +507,7 @@ pub fn main(cli: Cli) -> ExitCode {
                     runs: runs as usize,
                     json,
                     sebulba: shape.sebulba(sebulba),
+                    distributed: shape.distributed.clone(),
                 };
                 train::bench(args, target)
             })
@@ -497,11 +515,13 @@ pub fn main(cli: Cli) -> ExitCode {
         Command::Env(EnvCmd::Install { packages }) => env::install(&packages),
         Command::Env(EnvCmd::Describe { uri, host }) => env::describe(&uri, host.python, host.env_import),
         Command::Devices { cpu_devices } => devices(target, cpu_devices),
+        Command::Launch { processes, command } => launch::launch(processes, &command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Reported) => ExitCode::FAILURE,
         Err(Failure::Interrupted(signal)) => ExitCode::from(128 + signal as u8),
+        Err(Failure::Status(code)) => ExitCode::from(code),
         Err(Failure::Message(m)) => {
             eprintln!("error: {m}");
             ExitCode::FAILURE
@@ -540,6 +560,8 @@ enum Failure {
     /// Diagnostics were already printed.
     Reported,
     Message(String),
+    /// A process of `podc launch` failed with this status (it said why).
+    Status(u8),
     /// A run stopped by this signal (after saying so and how to resume): the process exits
     /// as one killed by it would, 128 + its number.
     Interrupted(i32),

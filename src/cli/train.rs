@@ -2,6 +2,7 @@
 
 use super::{Failure, load};
 use crate::diag::emit_stderr;
+use crate::distributed::{self, Session};
 use crate::driver::LoadOptions;
 use crate::overrides::{self, Override};
 use crate::programs::anakin::{AnakinPrograms, DeviceShape, anakin_programs};
@@ -26,7 +27,10 @@ pub struct Sizes {
     pub envs: usize,
     pub rollout: Option<usize>,
     pub updates_per_call: usize,
+    /// Devices of each process.
     pub devices: usize,
+    /// Processes in the job (see `distributed`).
+    pub processes: usize,
     pub seeds: usize,
 }
 
@@ -34,7 +38,7 @@ impl Sizes {
     pub(super) fn shape(&self, prog: &Program, overrides: &[Override], agent: &str) -> RunShape {
         let rollout = self.rollout.or_else(|| crate::elab::agent::fixed_rollout(prog, overrides, agent)).unwrap_or(16);
         let (envs, updates_per_call, devices, seeds) = (self.envs, self.updates_per_call, self.devices, self.seeds);
-        RunShape { envs, rollout, updates_per_call, devices, seeds }
+        RunShape { envs, rollout, updates_per_call, devices, processes: self.processes, seeds }
     }
 }
 
@@ -56,6 +60,7 @@ pub struct TrainArgs {
     pub quiet: bool,
     /// Set when the run is Sebulba's (`--env URI` or `--arch sebulba`).
     pub sebulba: Option<SebulbaFlags>,
+    pub distributed: distributed::Flags,
 }
 
 /// An agent's Anakin programs at `podc train`'s default sizes, for `podc build`.
@@ -65,7 +70,14 @@ pub fn anakin_programs_at_defaults(
     agent: &str,
 ) -> Result<AnakinPrograms, Failure> {
     let sizes =
-        Sizes { envs: DEFAULT_ENVS, rollout: None, updates_per_call: DEFAULT_UPDATES_PER_CALL, devices: 1, seeds: 1 };
+        Sizes {
+            envs: DEFAULT_ENVS,
+            rollout: None,
+            updates_per_call: DEFAULT_UPDATES_PER_CALL,
+            devices: 1,
+            processes: 1,
+            seeds: 1,
+        };
     let shape = sizes.shape(prog, overrides, agent);
     let (agent, env) = agent_and_env(prog, overrides, agent, shape).map_err(|d| {
         emit_stderr(&prog.map, &[*d]);
@@ -155,7 +167,8 @@ pub(super) fn config(a: &TrainArgs, agent: &str, shape: RunShape) -> Value {
         "envs": shape.envs,
         "rollout": shape.rollout,
         "updates_per_call": shape.updates_per_call,
-        "devices": shape.devices,
+        // Over all processes: the same run at any process count has the same config.
+        "devices": shape.total_devices(),
         "seed": a.seed,
     });
     // Only a run of several seeds says so, so that the configs of others stay as they were.
@@ -171,11 +184,57 @@ pub(super) fn config(a: &TrainArgs, agent: &str, shape: RunShape) -> Value {
 /// A resumed run without `--set` takes the overrides its checkpoint was made with, so
 /// that it continues the same program; with `--set`, they must be the same (checked
 /// with the other flags).
-fn resume_overrides(a: &mut TrainArgs) -> Result<(), Failure> {
-    if let (Some(dir), true) = (&a.resume, a.load.overrides.is_empty()) {
-        let (_, meta) = checkpoint::load(dir).map_err(|e| e.to_string())?;
+fn resume_overrides(a: &mut TrainArgs, checkpoint: Option<&Checkpoint>) {
+    if let (Some((_, meta)), true) = (checkpoint, a.load.overrides.is_empty()) {
         a.load.overrides = overrides::from_json(&meta["config"]["overrides"]);
     }
+}
+
+/// A checkpoint's arrays and meta.
+type Checkpoint = (Vec<(String, crate::array::Array)>, Value);
+
+/// The checkpoint `--resume` names, read once; in a job, read by process 0 and sent to
+/// the others, so that no file system need be shared.
+fn read_resume(a: &TrainArgs, job: Option<&Session>) -> Result<Option<Checkpoint>, Failure> {
+    let Some(dir) = &a.resume else { return Ok(None) };
+    let Some(job) = job else { return Ok(Some(checkpoint::load(dir).map_err(|e| e.to_string())?)) };
+    let mine = match job.rank {
+        0 => {
+            let (arrays, meta) = checkpoint::load(dir).map_err(|e| e.to_string())?;
+            Some(checkpoint::to_bytes(&arrays, &meta)?)
+        }
+        _ => None,
+    };
+    let bytes = job.broadcast("resume", mine.as_deref())?;
+    Ok(Some(checkpoint::from_bytes(&bytes).map_err(|e| e.to_string())?))
+}
+
+/// Joins the job that the flags or the environment describe; `None` for one process.
+pub(super) fn join(flags: &distributed::Flags, target: &super::Target) -> Result<Option<&'static Session>, Failure> {
+    let Some(t) = distributed::detect(flags, &|k| std::env::var(k).ok())? else { return Ok(None) };
+    if target.options.backend != crate::runtime::Backend::Cpu {
+        return Err(Failure::Message(
+            "training across processes runs on the CPU plugin for now (`--backend cpu`): the CUDA plugin's own multi-process support is not wired in yet".into(),
+        ));
+    }
+    distributed::gloo::available()?;
+    let s = Session::start(&t, std::time::Duration::from_secs(flags.distributed_timeout))?;
+    Ok(Some(Box::leak(Box::new(s))))
+}
+
+/// In a job: every process must run the same program with the same settings; then gloo
+/// joins the processes, for the programs' collectives.
+fn check_job(job: &Session, a_file: &Path, cfg: &Value, extra: Value, client: &crate::runtime::Client, devices: usize) -> Result<(), Failure> {
+    use sha2::Digest;
+    let source = std::fs::read(a_file).map_err(|e| format!("cannot read `{}`: {e}", a_file.display()))?;
+    let mut settings = cfg.clone();
+    settings["program_sha256"] = json!(format!("{:x}", sha2::Sha256::digest(&source)));
+    settings["podc"] = json!(env!("CARGO_PKG_VERSION"));
+    if let (Some(s), Some(e)) = (settings.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    job.check_same(&settings)?;
+    distributed::gloo::connect(client, job.coordinator, (job.rank, job.processes), devices, job.timeout)?;
     Ok(())
 }
 
@@ -193,6 +252,7 @@ pub(super) fn run_options(a: &TrainArgs, (agent, env): (&str, &str), config: Val
         total_steps: a.total_steps,
         checkpoint_every: a.checkpoint_every,
         quiet: a.quiet,
+        job: None,
     })
 }
 
@@ -208,6 +268,14 @@ pub(super) fn begin(a: &TrainArgs) -> Result<(), Failure> {
 /// A checkpoint to resume from, read and compared with `config` before compiling.
 pub(super) fn resume(a: &TrainArgs, config: &Value) -> Result<Option<run::Resume>, Failure> {
     Ok(a.resume.as_deref().map(|dir| run::resume_from(dir, config)).transpose()?)
+}
+
+/// [`resume`] with the checkpoint already read.
+fn resume_read(a: &TrainArgs, checkpoint: Option<Checkpoint>, config: &Value) -> Result<Option<run::Resume>, Failure> {
+    match (&a.resume, checkpoint) {
+        (Some(dir), Some(c)) => Ok(Some(run::resume_loaded(dir, c, config)?)),
+        _ => Ok(None),
+    }
 }
 
 /// The last line of a run; an interrupted run says how to go on, and fails with its signal.
@@ -261,17 +329,39 @@ fn shell_word(w: &str) -> String {
 }
 
 pub fn train(mut a: TrainArgs, target: &super::Target) -> Result<(), Failure> {
-    resume_overrides(&mut a)?;
+    let job = join(&a.distributed, target)?;
     if a.sebulba.is_some() {
+        if job.is_some() {
+            return Err(Failure::Message("Sebulba does not train across processes yet: run it in one process".into()));
+        }
+        let checkpoint = read_resume(&a, None)?;
+        resume_overrides(&mut a, checkpoint.as_ref());
         return sebulba::train(a, target);
     }
-    begin(&a)?;
+    let checkpoint = read_resume(&a, job)?;
+    resume_overrides(&mut a, checkpoint.as_ref());
+    if let Some(j) = job {
+        a.sizes.processes = j.processes;
+    }
+    let writes = job.is_none_or(|j| j.rank == 0);
+    if writes {
+        begin(&a)?;
+    } else {
+        interrupt::install()?;
+    }
     let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
     let cfg = config(&a, &agent, shape);
-    let resumed = resume(&a, &cfg)?;
+    let resumed = resume_read(&a, checkpoint, &cfg)?;
     let client = super::open_runtime(target, Some(shape.devices))?;
+    if let Some(j) = job {
+        let extra = json!({"total_steps": a.total_steps, "checkpoint_every": a.checkpoint_every, "resume": a.resume.is_some()});
+        check_job(j, &a.file, &cfg, extra, &client, shape.devices)?;
+    }
     let mut t = trainer(&client, &prog, &a.load.overrides, &agent, shape)?;
-    if !a.quiet {
+    if let Some(j) = job {
+        t = t.in_job(j);
+    }
+    if !a.quiet && writes {
         let seeds = match shape.seeds {
             1 => String::new(),
             n => format!("{n} seeds x "),
@@ -280,20 +370,42 @@ pub fn train(mut a: TrainArgs, target: &super::Target) -> Result<(), Failure> {
             crate::runtime::CacheStatus::Hit => " (loaded from the compilation cache)",
             _ => "",
         };
+        let devices = match shape.processes {
+            1 => format!("{} device(s)", shape.devices),
+            p => format!("{} device(s) in each of {p} processes", shape.devices),
+        };
         eprintln!(
-            "training `{}` ({}): {seeds}{} envs on {} device(s), {} steps x {} updates per call, compiled in {:.1} s{cached}",
+            "training `{}` ({}): {seeds}{} envs on {devices}, {} steps x {} updates per call, compiled in {:.1} s{cached}",
             t.agent,
             a.file.display(),
             shape.envs,
-            shape.devices,
             shape.rollout,
             shape.updates_per_call,
             t.compile_s
         );
     }
-    let o = run_options(&a, (&t.agent, &t.env), cfg)?;
+    let mut o = match writes {
+        true => run_options(&a, (&t.agent, &t.env), cfg)?,
+        // The others write nothing, so need no directory.
+        false => RunOptions {
+            out: PathBuf::new(),
+            config: cfg,
+            seed: a.seed,
+            total_steps: a.total_steps,
+            checkpoint_every: a.checkpoint_every,
+            quiet: true,
+            job: None,
+        },
+    };
+    o.job = job;
     let summary = run::train(&mut t, &o, resumed)?;
-    done(&a, &o.out, &summary)
+    if let Some(j) = job {
+        j.finish()?;
+    }
+    match writes {
+        true => done(&a, &o.out, &summary),
+        false => Ok(()),
+    }
 }
 
 pub struct BenchTrainArgs {
@@ -304,18 +416,38 @@ pub struct BenchTrainArgs {
     pub runs: usize,
     pub json: bool,
     pub sebulba: Option<SebulbaFlags>,
+    pub distributed: distributed::Flags,
 }
 
 /// Compile time, then env steps per second (learning included) as the median of
 /// `runs` timed calls after a warm-up call.
 pub fn bench(a: BenchTrainArgs, target: &super::Target) -> Result<(), Failure> {
+    let job = join(&a.distributed, target)?;
     if a.sebulba.is_some() {
+        if job.is_some() {
+            return Err(Failure::Message("Sebulba does not train across processes yet: run it in one process".into()));
+        }
         return sebulba::bench(a, target);
     }
-    let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
+    let mut sizes = a.sizes;
+    sizes.processes = job.map_or(1, |j| j.processes);
+    let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &sizes)?;
     let client = super::open_runtime(target, Some(shape.devices))?;
+    if let Some(j) = job {
+        let cfg = json!({"agent": agent, "envs": shape.envs, "rollout": shape.rollout, "updates_per_call": shape.updates_per_call, "devices": shape.total_devices(), "seeds": shape.seeds, "runs": a.runs});
+        check_job(j, &a.file, &cfg, json!({}), &client, shape.devices)?;
+    }
     let mut t = trainer(&client, &prog, &a.load.overrides, &agent, shape)?;
+    if let Some(j) = job {
+        t = t.in_job(j);
+    }
     let runs: Vec<f64> = run::bench(&mut t, a.runs)?.into_iter().map(|r| r.steps_per_sec).collect();
+    if let Some(j) = job {
+        j.finish()?;
+        if j.rank != 0 {
+            return Ok(());
+        }
+    }
     let median = crate::stats::median(&runs);
     if a.json {
         let s = shape;
@@ -330,6 +462,7 @@ pub fn bench(a: BenchTrainArgs, target: &super::Target) -> Result<(), Failure> {
                 "rollout": s.rollout,
                 "updates_per_call": s.updates_per_call,
                 "devices": s.devices,
+                "processes": s.processes,
                 "seeds": s.seeds,
             })
         );

@@ -169,6 +169,20 @@ impl Session {
         self.coordinator.note(what);
     }
 
+    /// Whether any process was asked to stop (by a signal, `stop`) at report `n`: every
+    /// process stops at the same report, so none waits alone in a collective.
+    pub fn any_stop(&self, n: u64, stop: Option<i32>) -> Result<Option<i32>, String> {
+        let mine = stop.unwrap_or(0).to_le_bytes();
+        self.coordinator.put(&format!("stop/{n}/{}", self.rank), &mine)?;
+        let mut any = stop;
+        for r in (0..self.processes).filter(|&r| r != self.rank) {
+            let theirs = self.coordinator.get(&format!("stop/{n}/{r}"), self.timeout)?;
+            let signal = i32::from_le_bytes(theirs[..].try_into().map_err(|_| "a malformed stop flag")?);
+            any = any.or((signal != 0).then_some(signal));
+        }
+        Ok(any)
+    }
+
     /// `bytes` from every process, on process 0 (`None` elsewhere), under a fresh `key`.
     pub fn gather(&self, key: &str, bytes: &[u8]) -> Result<Option<Vec<Vec<u8>>>, String> {
         if self.rank != 0 {

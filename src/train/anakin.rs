@@ -12,7 +12,8 @@ use super::state::DeviceState;
 use crate::array::{Array, Data};
 use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
 use crate::elab::env::{EnvFuncs, build_env};
-use crate::lower::stablehlo::lower_module_donating;
+use crate::distributed::Session;
+use crate::lower::stablehlo::lower_module_across;
 use crate::overrides::Override;
 use crate::programs::anakin::{AnakinPrograms, DeviceShape, EPISODE_METRICS, LeafKind, anakin_programs, with_seeds};
 use crate::resolve::Program;
@@ -26,7 +27,11 @@ pub struct RunShape {
     pub envs: usize,
     pub rollout: usize,
     pub updates_per_call: usize,
+    /// Devices of each process.
     pub devices: usize,
+    /// Processes in the job, each with `devices` devices (1 unless training across
+    /// processes).
+    pub processes: usize,
     /// Independent runs batched in one program (seeds `seed .. seed + seeds - 1`), each
     /// with `envs` environments.
     pub seeds: usize,
@@ -39,12 +44,29 @@ impl RunShape {
         (self.envs * self.rollout * self.updates_per_call) as u64
     }
 
+    /// Devices over all processes.
+    pub fn total_devices(&self) -> usize {
+        self.devices * self.processes
+    }
+
+    /// Environments on each device.
+    pub fn envs_per_device(&self) -> usize {
+        self.envs / self.total_devices()
+    }
+
     pub fn check(&self) -> Result<(), String> {
         if self.seeds == 0 {
             return Err("`--seeds` must be positive".into());
         }
-        if self.envs == 0 || self.devices == 0 || !self.envs.is_multiple_of(self.devices) {
-            return Err(format!("`--envs {}` must be a positive multiple of `--devices {}`", self.envs, self.devices));
+        let d = self.total_devices();
+        if self.envs == 0 || d == 0 || !self.envs.is_multiple_of(d) {
+            return Err(match self.processes {
+                1 => format!("`--envs {}` must be a positive multiple of `--devices {}`", self.envs, self.devices),
+                p => format!(
+                    "`--envs {}` must be a positive multiple of the job's {d} devices (`--devices {}` on each of {p} processes)",
+                    self.envs, self.devices
+                ),
+            });
         }
         if self.rollout == 0 || self.updates_per_call == 0 {
             return Err("`--rollout` and `--updates-per-call` must be positive".into());
@@ -64,6 +86,10 @@ pub struct Trainer<'c> {
     train: Executable,
     /// The state on devices `0..D`.
     state: DeviceState,
+    /// The job, when training across processes.
+    job: Option<&'static Session>,
+    /// Checkpoints gathered so far in the job (each gathers under a key of its own).
+    gathered: std::cell::Cell<u64>,
 }
 
 /// The agent to train: `name`, or the file's only one.
@@ -84,7 +110,7 @@ pub fn agent_and_env(
     name: &str,
     shape: RunShape,
 ) -> Result<(AgentFuncs, EnvFuncs), Box<crate::diag::Diag>> {
-    let per_device = shape.envs / shape.devices;
+    let per_device = shape.envs_per_device();
     let agent = build_agent(prog, overrides, name, per_device, shape.rollout)?;
     let env = build_env(prog, overrides, &agent.info.env.name)?;
     Ok((agent, env))
@@ -104,15 +130,15 @@ impl<'c> Trainer<'c> {
     ) -> Result<Self, String> {
         shape.check()?;
         let per_device =
-            DeviceShape { envs: shape.envs / shape.devices, steps: shape.rollout, updates: shape.updates_per_call };
+            DeviceShape { envs: shape.envs_per_device(), steps: shape.rollout, updates: shape.updates_per_call };
         let programs = match anakin_programs(prog, agent, env, per_device) {
             p if shape.seeds > 1 => with_seeds(p, shape.seeds),
             p => p,
         };
         let d = shape.devices;
         let donated = programs.state.len();
-        let train =
-            client.compile(&lower_module_donating(&programs.train, d, donated), d).map_err(|e| e.to_string())?;
+        let mlir = lower_module_across(&programs.train, d, shape.processes, donated);
+        let train = client.compile(&mlir, d).map_err(|e| e.to_string())?;
         let compile_s = start.elapsed().as_secs_f64();
         let state = DeviceState::new(programs.state.clone(), (0..d).collect());
         Ok(Trainer {
@@ -124,7 +150,19 @@ impl<'c> Trainer<'c> {
             compile_s,
             train,
             state,
+            job: None,
+            gathered: Default::default(),
         })
+    }
+
+    /// This trainer as process `job.rank` of a job: its devices are devices
+    /// `rank * D ..` of the job's, and process 0 gathers the checkpoints.
+    pub fn in_job(mut self, job: &'static Session) -> Self {
+        let d = self.shape.devices;
+        self.state = std::mem::replace(&mut self.state, DeviceState::new(vec![], vec![]))
+            .within(job.rank * d, self.shape.total_devices());
+        self.job = Some(job);
+        self
     }
 
     /// Whether the train program came from the compilation cache.
@@ -210,7 +248,8 @@ impl Driver for Trainer<'_> {
                 Array::new(vec![n, 2], Data::U32(keys))
             }
         };
-        let per_device: Vec<Vec<Array>> = (0..self.shape.devices)
+        let first = self.state.span.0;
+        let per_device: Vec<Vec<Array>> = (first..first + self.shape.devices)
             .map(|d| {
                 crate::ir::eval::eval_func(&self.programs.init, &[key.clone(), Array::i32(vec![], vec![d as i32])])
             })
@@ -218,8 +257,30 @@ impl Driver for Trainer<'_> {
         self.state.upload(self.client, &per_device)
     }
 
+    /// In a job, every process sends its devices' state to process 0, which returns the
+    /// whole; the others return nothing.
     fn snapshot(&self) -> Result<Vec<(String, Array)>, String> {
-        self.state.snapshot()
+        let Some(job) = self.job else { return self.state.snapshot() };
+        let mine: Vec<u8> = self.state.download_all()?.iter().flatten().flat_map(Array::to_bytes).collect();
+        let n = self.gathered.get();
+        self.gathered.set(n + 1);
+        let Some(all) = job.gather(&format!("snapshot/{n}"), &mine)? else { return Ok(vec![]) };
+        let leaves = &self.state.leaves;
+        let mut per_device = vec![];
+        for bytes in &all {
+            let mut at = 0;
+            for _ in 0..self.shape.devices {
+                let mut values = vec![];
+                for leaf in leaves {
+                    let len = leaf.ty.numel() * leaf.ty.dtype.size();
+                    let part = bytes.get(at..at + len).ok_or("a process sent a short snapshot")?;
+                    values.push(Array::from_bytes(&leaf.ty, part).ok_or("a process sent a bad snapshot")?);
+                    at += len;
+                }
+                per_device.push(values);
+            }
+        }
+        crate::train::state::snapshot_of(leaves, &per_device)
     }
 
     fn restore(&mut self, arrays: &[(String, Array)]) -> Result<(), String> {

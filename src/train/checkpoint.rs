@@ -74,6 +74,32 @@ impl View for &Tensor {
 
 /// Saves `tensors` and `meta` to `dir` (created if missing), replacing the checkpoint there.
 pub fn save(dir: &Path, tensors: &[(String, Array)], meta: &Value) -> io::Result<()> {
+    let (digest, st_bytes) = serialize(tensors, None)?;
+    let record = serde_json::to_vec_pretty(&json!({ "digest": digest, "meta": meta }))?;
+    fs::create_dir_all(dir)?;
+    atomic::write_tmp(dir, META_FILE, &record)?;
+    atomic::replace(dir, TENSORS_FILE, &st_bytes)?;
+    atomic::commit(dir, META_FILE)
+}
+
+/// A checkpoint as one buffer, for sending to another process (see [`from_bytes`]).
+pub fn to_bytes(tensors: &[(String, Array)], meta: &Value) -> io::Result<Vec<u8>> {
+    Ok(serialize(tensors, Some(meta))?.1)
+}
+
+/// The arrays and meta of a [`to_bytes`] buffer.
+pub fn from_bytes(bytes: &[u8]) -> Result<(Vec<(String, Array)>, Value), CheckpointError> {
+    let path = Path::new("(a checkpoint sent by process 0)");
+    let (arrays, _) = parse_tensors(path, bytes)?;
+    let corrupt = |reason: String| CheckpointError::Corrupt { path: path.to_path_buf(), reason };
+    let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| corrupt(e.to_string()))?;
+    let meta = header.metadata().as_ref().and_then(|m| m.get("meta")).ok_or_else(|| corrupt("no meta".into()))?;
+    Ok((arrays, serde_json::from_str(meta).map_err(|e| corrupt(e.to_string()))?))
+}
+
+/// The arrays in safetensors form, with their digest in its metadata (and `meta`, if
+/// given), and the digest.
+fn serialize(tensors: &[(String, Array)], meta: Option<&Value>) -> io::Result<(String, Vec<u8>)> {
     let mut named: Vec<(&str, Tensor)> = tensors
         .iter()
         .map(|(n, a)| (n.as_str(), Tensor { dtype: a.dtype(), shape: a.shape.clone(), bytes: a.to_bytes() }))
@@ -83,14 +109,13 @@ pub fn save(dir: &Path, tensors: &[(String, Array)], meta: &Value) -> io::Result
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("two arrays named `{}`", w[0].0)));
     }
     let digest = digest(named.iter().map(|(n, t)| (*n, t.dtype, &t.shape[..], &t.bytes[..])));
-    let st_meta = HashMap::from([("digest".to_string(), digest.clone())]);
+    let mut st_meta = HashMap::from([("digest".to_string(), digest.clone())]);
+    if let Some(m) = meta {
+        st_meta.insert("meta".into(), m.to_string());
+    }
     let st_bytes = safetensors::serialize(named.iter().map(|(n, t)| (*n, t)), Some(st_meta))
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-    let record = serde_json::to_vec_pretty(&json!({ "digest": digest, "meta": meta }))?;
-    fs::create_dir_all(dir)?;
-    atomic::write_tmp(dir, META_FILE, &record)?;
-    atomic::replace(dir, TENSORS_FILE, &st_bytes)?;
-    atomic::commit(dir, META_FILE)
+    Ok((digest, st_bytes))
 }
 
 /// Loads the checkpoint in `dir`: the arrays sorted by name, and the meta as saved.
@@ -119,12 +144,16 @@ fn read_file(path: &Path) -> Result<Vec<u8>, CheckpointError> {
 }
 
 fn read_tensors(path: &Path) -> Result<(Vec<(String, Array)>, String), CheckpointError> {
+    parse_tensors(path, &read_file(path)?)
+}
+
+/// The arrays of a safetensors buffer (read from `path`), checked against their digest.
+fn parse_tensors(path: &Path, bytes: &[u8]) -> Result<(Vec<(String, Array)>, String), CheckpointError> {
     let corrupt = |reason: String| CheckpointError::Corrupt { path: path.to_path_buf(), reason };
-    let bytes = read_file(path)?;
-    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    let (_, header) = SafeTensors::read_metadata(bytes).map_err(|e| corrupt(e.to_string()))?;
     let stored = header.metadata().as_ref().and_then(|m| m.get("digest")).cloned();
     let stored = stored.ok_or_else(|| corrupt("no digest in its metadata".into()))?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| corrupt(e.to_string()))?;
+    let st = SafeTensors::deserialize(bytes).map_err(|e| corrupt(e.to_string()))?;
     let mut views = st.tensors();
     views.sort_by(|a, b| a.0.cmp(&b.0));
     let mut arrays = Vec::with_capacity(views.len());

@@ -8,6 +8,7 @@ use super::tensorboard::EventWriter;
 use super::{checkpoint, metrics, plot, progress::Progress};
 use crate::array::Array;
 use serde_json::{Map, Value, json};
+use crate::distributed::Session;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -80,6 +81,8 @@ pub struct RunOptions {
     /// Checkpoint every this many reports (and at the end).
     pub checkpoint_every: u64,
     pub quiet: bool,
+    /// The job, when training across processes: only process 0 writes to `out`.
+    pub job: Option<&'static Session>,
 }
 
 /// A checkpoint to continue from, read (and its settings compared) before compiling.
@@ -92,7 +95,12 @@ pub struct Resume {
 /// The checkpoint in `dir`, refused when any of its run's settings differs from this run's
 /// `config` (one that either side lacks counts as `null`; the file may move).
 pub fn resume_from(dir: &Path, config: &Value) -> Result<Resume, String> {
-    let (arrays, meta) = checkpoint::load(dir).map_err(|e| e.to_string())?;
+    let loaded = checkpoint::load(dir).map_err(|e| e.to_string())?;
+    resume_loaded(dir, loaded, config)
+}
+
+/// [`resume_from`] with the checkpoint of `dir` already read (or sent by process 0).
+pub fn resume_loaded(dir: &Path, (arrays, meta): (Vec<(String, Array)>, Value), config: &Value) -> Result<Resume, String> {
     let saved = &meta["config"];
     let keys = config.as_object().into_iter().chain(saved.as_object()).flat_map(|o| o.keys());
     for k in keys.filter(|k| *k != "file") {
@@ -121,22 +129,35 @@ pub struct Summary {
 /// interrupt (SIGINT, SIGTERM) stops it after the next report, checkpointed.
 pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Result<Summary, String> {
     let per_unit = d.steps_per_unit();
-    let (start, mut log) = match resume {
+    // In a job, process 0 writes the run; the others train and send it their state.
+    let writes = o.job.is_none_or(|j| j.rank == 0);
+    let start = match &resume {
         Some(r) => {
             d.restore(&r.arrays)?;
-            let units = r.meta[D::UNIT].as_u64().ok_or_else(|| format!("the checkpoint has no {} count", D::UNIT))?;
-            // Resumed into another directory, the log starts with the run's log so far.
-            (units, metrics::MetricsLog::open_resume(&r.from, &o.out, units * per_unit).map_err(|e| e.to_string())?)
+            r.meta[D::UNIT].as_u64().ok_or_else(|| format!("the checkpoint has no {} count", D::UNIT))?
         }
         None => {
             d.init(o.seed)?;
-            (0, metrics::MetricsLog::create(&o.out).map_err(|e| e.to_string())?)
+            0
         }
     };
-    let mut events = EventWriter::create(&o.out).map_err(|e| format!("cannot write to `{}`: {e}", o.out.display()))?;
+    let mut out = match writes {
+        false => None,
+        true => {
+            let log = match &resume {
+                // Resumed into another directory, the log starts with the run's log so far.
+                Some(r) => metrics::MetricsLog::open_resume(&r.from, &o.out, start * per_unit),
+                None => metrics::MetricsLog::create(&o.out),
+            };
+            let log = log.map_err(|e| e.to_string())?;
+            let events =
+                EventWriter::create(&o.out).map_err(|e| format!("cannot write to `{}`: {e}", o.out.display()))?;
+            Some((log, events))
+        }
+    };
     let k = d.units_per_report();
     let end = o.total_steps.div_ceil(per_unit * k) * k;
-    let bar = Progress::new(end * per_unit, start * per_unit, o.quiet);
+    let bar = Progress::new(end * per_unit, start * per_unit, o.quiet || !writes);
     let began = Instant::now();
     let mut last = Instant::now();
     let mut reached = start;
@@ -151,30 +172,42 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
         let env_steps = r.units * per_unit;
         let updates = r.units * d.updates_per_unit();
         let wall_s = began.elapsed().as_secs_f64();
-        for (i, report) in r.seeds.iter().enumerate() {
-            let seed = (r.seeds.len() > 1).then_some(o.seed + i as i64);
-            let mut rec = record(report, seed, env_steps, updates, sps, wall_s);
-            rec.extend(r.extra.clone());
-            log.append(&rec).map_err(|e| e.to_string())?;
-            events.scalars(env_steps, &scalars(&rec, seed)).map_err(|e| e.to_string())?;
+        if let Some((log, events)) = &mut out {
+            for (i, report) in r.seeds.iter().enumerate() {
+                let seed = (r.seeds.len() > 1).then_some(o.seed + i as i64);
+                let mut rec = record(report, seed, env_steps, updates, sps, wall_s);
+                rec.extend(r.extra.clone());
+                log.append(&rec).map_err(|e| e.to_string())?;
+                events.scalars(env_steps, &scalars(&rec, seed)).map_err(|e| e.to_string())?;
+            }
         }
         terms = r.seeds[0].metrics.iter().map(|(n, _)| metric_key(n)).collect();
         bar.update(env_steps, mean_return(&r.seeds));
         reached = r.units;
         interrupted = super::interrupt::requested();
+        if let Some(job) = o.job {
+            job.note(&format!("trained to {env_steps} env steps"));
+            interrupted = job.any_stop(r.units, interrupted)?;
+        }
         if (r.units / k).is_multiple_of(o.checkpoint_every) || r.units == end || interrupted.is_some() {
-            save(d, &o.out, &o.config, r.units, env_steps)?;
+            let arrays = d.snapshot()?;
+            if writes {
+                save::<D>(&arrays, &o.out, &o.config, r.units, env_steps)?;
+            }
         }
         Ok(if interrupted.is_some() { Next::Stop } else { Next::Go })
     };
     d.run(o.seed, start, end, &mut on_report)?;
     bar.finish();
+    let summary = |last_return| Summary { env_steps: reached * per_unit, last_return, interrupted };
+    if !writes {
+        return Ok(summary(None));
+    }
     let records = metrics::read(&o.out).map_err(|e| e.to_string())?;
     let terms = plot::term_series(&records, &terms);
     plot::plot_run(&o.out.join("curve.png"), &plot::seed_curves(&records), &terms, &d.title())
         .map_err(|e| e.to_string())?;
-    let last_return = records.iter().rev().find_map(|r| r.get("episode_return").and_then(Value::as_f64));
-    Ok(Summary { env_steps: reached * per_unit, last_return, interrupted })
+    Ok(summary(records.iter().rev().find_map(|r| r.get("episode_return").and_then(Value::as_f64))))
 }
 
 /// One timed report of [`bench`].
@@ -218,13 +251,12 @@ fn mean_return(reports: &[Report]) -> Option<f64> {
     (!returns.is_empty()).then(|| returns.iter().sum::<f64>() / returns.len() as f64)
 }
 
-fn save<D: Driver>(d: &D, dir: &Path, config: &Value, units: u64, env_steps: u64) -> Result<(), String> {
-    let arrays = d.snapshot()?;
+fn save<D: Driver>(arrays: &[(String, Array)], dir: &Path, config: &Value, units: u64, env_steps: u64) -> Result<(), String> {
     let mut meta = Map::new();
     meta.insert("config".into(), config.clone());
     meta.insert(D::UNIT.into(), json!(units));
     meta.insert("env_steps".into(), json!(env_steps));
-    checkpoint::save(dir, &arrays, &Value::Object(meta))
+    checkpoint::save(dir, arrays, &Value::Object(meta))
         .map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", dir.display()))
 }
 

@@ -13,11 +13,20 @@ pub struct DeviceState {
     pub devices: Vec<usize>,
     /// Per device (in `devices`' order), one buffer per leaf; empty until set.
     pub buffers: Vec<Vec<Buffer>>,
+    /// Where these devices sit in a job of several processes: the index of the first
+    /// among all devices of the job, and their number.
+    pub span: (usize, usize),
 }
 
 impl DeviceState {
     pub fn new(leaves: Vec<Leaf>, devices: Vec<usize>) -> DeviceState {
-        DeviceState { leaves, devices, buffers: vec![] }
+        let span = (0, devices.len());
+        DeviceState { leaves, devices, buffers: vec![], span }
+    }
+
+    /// This state as devices `first ..` of the `total` devices of a job.
+    pub fn within(self, first: usize, total: usize) -> DeviceState {
+        DeviceState { span: (first, total), ..self }
     }
 
     /// Uploads each device's values (one per leaf) as the state.
@@ -38,42 +47,30 @@ impl DeviceState {
     /// and each per-device leaf with the devices' parts joined along the first axis
     /// (environments), or stacked for the PRNG keys.
     pub fn snapshot(&self) -> Result<Vec<(String, Array)>, String> {
-        let per_device: Vec<Vec<Array>> =
-            (0..self.buffers.len()).map(|d| self.download(d, self.leaves.len())).collect::<Result<_, _>>()?;
-        let mut out = vec![];
-        for (i, leaf) in self.leaves.iter().enumerate() {
-            let parts: Vec<&Array> = per_device.iter().map(|d| &d[i]).collect();
-            let value = match leaf.kind {
-                LeafKind::Shared if parts.iter().any(|p| *p != parts[0]) => {
-                    return Err(format!(
-                        "`{}` differs between devices: the update must average its gradients with `pmean`",
-                        leaf.name
-                    ));
-                }
-                LeafKind::Shared => parts[0].clone(),
-                LeafKind::PerEnv | LeafKind::PerDevice => join_parts(&parts, leaf),
-            };
-            out.push((leaf.name.clone(), value));
-        }
-        Ok(out)
+        snapshot_of(&self.leaves, &self.download_all()?)
     }
 
-    /// Puts a snapshot back on the devices, each array checked against its leaf.
+    /// Every device's whole state.
+    pub fn download_all(&self) -> Result<Vec<Vec<Array>>, String> {
+        (0..self.buffers.len()).map(|d| self.download(d, self.leaves.len())).collect()
+    }
+
+    /// Puts a snapshot of the whole job back: these devices take their parts.
     pub fn restore(&mut self, client: &Client, arrays: &[(String, Array)]) -> Result<(), String> {
-        let d = self.devices.len();
+        let ((first, total), d) = (self.span, self.devices.len());
         let mut per_device: Vec<Vec<Array>> = vec![vec![]; d];
         for leaf in &self.leaves {
             let (_, a) = arrays
                 .iter()
                 .find(|(n, _)| *n == leaf.name)
                 .ok_or_else(|| format!("the checkpoint has no array `{}`", leaf.name))?;
-            let want = saved_ty(leaf, d);
+            let want = saved_ty(leaf, total);
             if a.ty() != want {
                 return Err(format!("`{}` in the checkpoint is {:?}, the program expects {want:?}", leaf.name, a.ty()));
             }
             let parts = match leaf.kind {
                 LeafKind::Shared => vec![a.clone(); d],
-                LeafKind::PerEnv | LeafKind::PerDevice => split_parts(a, leaf, d),
+                LeafKind::PerEnv | LeafKind::PerDevice => split_parts(a, leaf, total).drain(first..first + d).collect(),
             };
             for (values, p) in per_device.iter_mut().zip(parts) {
                 values.push(p);
@@ -81,6 +78,28 @@ impl DeviceState {
         }
         self.upload(client, &per_device)
     }
+}
+
+/// The whole state by name from every device's values (one per leaf): each shared leaf
+/// once (checked the same on every device), and each per-device leaf with the devices'
+/// parts joined along the first axis (environments), or stacked for the PRNG keys.
+pub fn snapshot_of(leaves: &[Leaf], per_device: &[Vec<Array>]) -> Result<Vec<(String, Array)>, String> {
+    let mut out = vec![];
+    for (i, leaf) in leaves.iter().enumerate() {
+        let parts: Vec<&Array> = per_device.iter().map(|d| &d[i]).collect();
+        let value = match leaf.kind {
+            LeafKind::Shared if parts.iter().any(|p| *p != parts[0]) => {
+                return Err(format!(
+                    "`{}` differs between devices: the update must average its gradients with `pmean`",
+                    leaf.name
+                ));
+            }
+            LeafKind::Shared => parts[0].clone(),
+            LeafKind::PerEnv | LeafKind::PerDevice => join_parts(&parts, leaf),
+        };
+        out.push((leaf.name.clone(), value));
+    }
+    Ok(out)
 }
 
 /// A state array's type in a checkpoint: the devices' parts joined along the environment
