@@ -61,16 +61,19 @@ pub fn launch(processes: usize, command: &[String]) -> Result<(), Failure> {
             let sig = rustix::process::Signal::from_named_raw(s as i32).unwrap_or(rustix::process::Signal::TERM);
             stop(&mut children, sig);
         }
+        let mut ended = vec![];
         for (rank, slot) in children.iter_mut().enumerate() {
-            let Some(child) = slot else { continue };
-            if let Ok(Some(status)) = child.try_wait() {
+            if let Some(Ok(Some(status))) = slot.as_mut().map(Child::try_wait) {
                 *slot = None;
-                let code = exit_code(status);
-                if code != 0 && failed.is_none() {
-                    failed = Some((rank, code));
-                    failed_at = Instant::now();
-                }
+                ended.push((rank, exit_code(status)));
             }
+        }
+        // Of the processes that ended together, one killed by a signal is the cause: the
+        // others exit 1 on noticing it.
+        ended.sort_by_key(|&(_, code)| std::cmp::Reverse(code > 128));
+        if let (None, Some(&(rank, code))) = (failed, ended.iter().find(|(_, code)| *code != 0)) {
+            failed = Some((rank, code));
+            failed_at = Instant::now();
         }
         if failed.is_some() && failed_at.elapsed() > GRACE {
             stop(&mut children, rustix::process::Signal::KILL);

@@ -153,11 +153,11 @@ impl Session {
         for r in (0..self.processes).filter(|&r| r != self.rank) {
             let theirs = self.coordinator.get(&format!("settings/{r}"), self.timeout)?;
             let theirs: Value = serde_json::from_slice(&theirs).map_err(|e| e.to_string())?;
-            if let Some(diff) = difference(settings, &theirs) {
+            if let Some(mine) = difference(settings, &theirs) {
                 return Err(format!(
-                    "process {r} runs with {diff} where this process (process {}) has {}: every process must run the same program with the same flags",
-                    self.rank,
-                    difference(&theirs, settings).unwrap_or_default()
+                    "process {r} runs with {} where this process (process {}) has {mine}: every process must run the same program with the same flags",
+                    difference(&theirs, settings).unwrap_or_default(),
+                    self.rank
                 ));
             }
         }
