@@ -311,3 +311,30 @@ fn long_contractions_to_small_results_are_split() {
     assert!(text.contains("lhs_batching_dimensions = [0], rhs_batching_dimensions = [0], lhs_contracting_dimensions = [1], rhs_contracting_dimensions = [1]"), "{text}");
     assert!(text.contains("stablehlo.reduce"), "{text}");
 }
+
+/// `pmean` of a tree (two f32 leaves) and `psum` of an i32 before a loop, and `pmean` inside
+/// it, for 2 replicas in each of 3 processes.
+fn cross_process_collectives() -> Func {
+    let mut b = Fb::new();
+    let (w, v, n) = (b.fresh(f32t(&[2, 3])), b.fresh(f32t(&[3])), b.fresh(i32s()));
+    let mean = |b: &mut Fb, args: &[Var]| {
+        let outs: Vec<Var> = args.iter().map(|a| b.fresh(b.types[a.0 as usize].clone())).collect();
+        let op = Op::Prim(Prim::AllReduce(AllReduce { op: AllReduceOp::Mean }));
+        b.push(Eqn { outs: outs.clone(), op, args: args.to_vec() });
+        outs
+    };
+    let wv = mean(&mut b, &[w, v]);
+    let total = b.prim(Prim::AllReduce(AllReduce { op: AllReduceOp::Sum }), &[n]);
+    b.begin_loop();
+    let (i, acc) = (b.fresh(i32s()), b.fresh(f32t(&[3])));
+    let m = mean(&mut b, &[acc])[0];
+    let outs = b.end_loop((0, 2, 0), vec![i, acc], vec![m], &[wv[1]]);
+    b.finish("cross_process_collectives", vec![w, v, n], vec![wv[0], total, outs[0]])
+}
+
+#[test]
+fn collectives_across_processes_join_the_leaves_and_chain_their_calls() {
+    let f = cross_process_collectives();
+    verify(&f).expect("verifies");
+    insta::assert_snapshot!(crate::lower::stablehlo::lower_module_across(&f, 2, 3, 0));
+}

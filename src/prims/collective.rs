@@ -160,7 +160,7 @@ fn sum_across_processes(cx: &mut LowerCx, xs: &[String], tys: &[&ArrayTy]) -> Ve
         .iter()
         .zip(tys)
         .zip(&sizes)
-        .map(|((x, &ty), &n)| cx.op("stablehlo.reshape", std::slice::from_ref(x), "", &[ty.clone()], &flat_ty(n)))
+        .map(|((x, &ty), &n)| reshape(cx, x, ty, &flat_ty(n)))
         .collect();
     let joined = match &flats[..] {
         [one] => one.clone(),
@@ -193,7 +193,15 @@ fn sum_across_processes(cx: &mut LowerCx, xs: &[String], tys: &[&ArrayTy]) -> Ve
                 cx.op("stablehlo.slice", std::slice::from_ref(&summed), &attrs, &[flat_ty(total)], &flat_ty(n))
             };
             at += n;
-            cx.op("stablehlo.reshape", &[part], "", &[flat_ty(n)], ty)
+            reshape(cx, &part, &flat_ty(n), ty)
         })
         .collect()
+}
+
+/// `x: from` as `to` (the same elements), nothing when the shapes agree.
+fn reshape(cx: &mut LowerCx, x: &str, from: &ArrayTy, to: &ArrayTy) -> String {
+    match from.shape == to.shape {
+        true => x.to_string(),
+        false => cx.op("stablehlo.reshape", &[x.to_string()], "", &[from.clone()], to),
+    }
 }

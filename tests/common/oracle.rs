@@ -221,7 +221,7 @@ pub fn cases(
         cases.push(Case::new(env.step, states.into_iter().next().expect("three states")));
     }
     if let Some((name, steps, envs)) = agent {
-        let run = RunShape { envs, rollout: steps, updates_per_call: 2, devices: 1, seeds: 1 };
+        let run = RunShape { envs, rollout: steps, updates_per_call: 2, devices: 1, processes: 1, seeds: 1 };
         let (a, e) =
             agent_and_env(&prog, &[], name, run).map_err(|d| format!("agent does not build:\n{}", render(&d)))?;
         let p = anakin_programs(&prog, &a, &e, DeviceShape { envs, steps, updates: 2 });

@@ -19,7 +19,7 @@ fn programs(file: &str, agent: &str) -> AnakinPrograms {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents").join(file);
     let (prog, diags) = podracer::driver::check_file(&path).expect("readable");
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    let run = RunShape { envs: 4, rollout: 6, updates_per_call: 3, devices: 1, seeds: 1 };
+    let run = RunShape { envs: 4, rollout: 6, updates_per_call: 3, devices: 1, processes: 1, seeds: 1 };
     let (agent, env) = agent_and_env(&prog, &[], agent, run).unwrap_or_else(|d| panic!("{d:?}"));
     anakin_programs(&prog, &agent, &env, DeviceShape { envs: 4, steps: 6, updates: 3 })
 }

@@ -245,7 +245,7 @@ fn a_batch_of_seeds_learns_as_its_solo_runs_do() {
 fn learners_stay_identical_across_two_devices() {
     let (prog, diags) = podracer::driver::check_file(&tiny().join("tiny.pod")).expect("readable");
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
-    let shape = RunShape { envs: 4, rollout: 4, updates_per_call: 2, devices: 2, seeds: 1 };
+    let shape = RunShape { envs: 4, rollout: 4, updates_per_call: 2, devices: 2, processes: 1, seeds: 1 };
     let (agent, env) = match agent_and_env(&prog, &[], "Tiny", shape) {
         Ok(ae) => ae,
         Err(d) => panic!("{}", podracer::diag::render_plain(&prog.map, &[*d])),
