@@ -248,7 +248,9 @@ enum Bench {
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..))]
         runs: u64,
         /// Print one JSON object: `{"compile_s", "cache", "steps_per_sec", "runs", "envs",
-        /// "rollout", "updates_per_call", "devices"}` (`cache`: `hit`, `miss` or `off`;
+        /// "rollout", "updates_per_call", "devices", "processes", "all_reduce_share"}` (`cache`:
+        /// `hit`, `miss` or `off`; `all_reduce_share`: in a job of several processes, the
+        /// fraction of the device time spent in cross-process sums;
         /// Sebulba has no `cache` and adds its idle fractions).
         #[arg(long)]
         json: bool,

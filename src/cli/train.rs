@@ -191,7 +191,7 @@ fn resume_overrides(a: &mut TrainArgs, checkpoint: Option<&Checkpoint>) {
 }
 
 /// A checkpoint's arrays and meta.
-type Checkpoint = (Vec<(String, crate::array::Array)>, Value);
+pub(super) type Checkpoint = (Vec<(String, crate::array::Array)>, Value);
 
 /// The checkpoint `--resume` names, read once; in a job, read by process 0 and sent to
 /// the others, so that no file system need be shared.
@@ -224,7 +224,7 @@ pub(super) fn join(flags: &distributed::Flags, target: &super::Target) -> Result
 
 /// In a job: every process must run the same program with the same settings; then gloo
 /// joins the processes, for the programs' collectives.
-fn check_job(job: &Session, a_file: &Path, cfg: &Value, extra: Value, client: &crate::runtime::Client, devices: usize) -> Result<(), Failure> {
+pub(super) fn check_job(job: &Session, a_file: &Path, cfg: &Value, extra: Value, client: &crate::runtime::Client, devices: usize) -> Result<(), Failure> {
     use sha2::Digest;
     let source = std::fs::read(a_file).map_err(|e| format!("cannot read `{}`: {e}", a_file.display()))?;
     let mut settings = cfg.clone();
@@ -265,15 +265,10 @@ pub(super) fn begin(a: &TrainArgs) -> Result<(), Failure> {
     Ok(interrupt::install()?)
 }
 
-/// A checkpoint to resume from, read and compared with `config` before compiling.
-pub(super) fn resume(a: &TrainArgs, config: &Value) -> Result<Option<run::Resume>, Failure> {
-    Ok(a.resume.as_deref().map(|dir| run::resume_from(dir, config)).transpose()?)
-}
-
-/// [`resume`] with the checkpoint already read.
-fn resume_read(a: &TrainArgs, checkpoint: Option<Checkpoint>, config: &Value) -> Result<Option<run::Resume>, Failure> {
+/// The checkpoint to resume from (already read), compared with `config` before compiling.
+pub(super) fn resume_read(a: &TrainArgs, checkpoint: Option<Checkpoint>, config: &Value) -> Result<Option<run::Resume>, Failure> {
     match (&a.resume, checkpoint) {
-        (Some(dir), Some(c)) => Ok(Some(run::resume_loaded(dir, c, config)?)),
+        (Some(dir), Some(c)) => Ok(Some(run::resume_from(dir, c, config)?)),
         _ => Ok(None),
     }
 }
@@ -330,25 +325,15 @@ fn shell_word(w: &str) -> String {
 
 pub fn train(mut a: TrainArgs, target: &super::Target) -> Result<(), Failure> {
     let job = join(&a.distributed, target)?;
-    if a.sebulba.is_some() {
-        if job.is_some() {
-            return Err(Failure::Message("Sebulba does not train across processes yet: run it in one process".into()));
-        }
-        let checkpoint = read_resume(&a, None)?;
-        resume_overrides(&mut a, checkpoint.as_ref());
-        return sebulba::train(a, target);
-    }
     let checkpoint = read_resume(&a, job)?;
     resume_overrides(&mut a, checkpoint.as_ref());
     if let Some(j) = job {
         a.sizes.processes = j.processes;
     }
-    let writes = job.is_none_or(|j| j.rank == 0);
-    if writes {
-        begin(&a)?;
-    } else {
-        interrupt::install()?;
+    if a.sebulba.is_some() {
+        return sebulba::train(a, target, job, checkpoint);
     }
+    let writes = begin_in(&a, job)?;
     let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
     let cfg = config(&a, &agent, shape);
     let resumed = resume_read(&a, checkpoint, &cfg)?;
@@ -384,12 +369,27 @@ pub fn train(mut a: TrainArgs, target: &super::Target) -> Result<(), Failure> {
             t.compile_s
         );
     }
-    let mut o = match writes {
-        true => run_options(&a, (&t.agent, &t.env), cfg)?,
-        // The others write nothing, so need no directory.
+    let o = options_in(&a, (&t.agent, &t.env), cfg, job)?;
+    let summary = run::train(&mut t, &o, resumed)?;
+    end_in(&a, &o.out, &summary, job)
+}
+
+/// [`begin`] for a process of `job`: only process 0 writes a run (the others install the
+/// signal handlers only). Returns whether this process writes.
+fn begin_in(a: &TrainArgs, job: Option<&Session>) -> Result<bool, Failure> {
+    match job.is_none_or(|j| j.rank == 0) {
+        true => begin(a).map(|()| true),
+        false => interrupt::install().map(|()| false).map_err(Failure::Message),
+    }
+}
+
+/// [`run_options`] for a process of `job`: the others write nothing, so need no directory.
+fn options_in(a: &TrainArgs, names: (&str, &str), config: Value, job: Option<&'static Session>) -> Result<RunOptions, Failure> {
+    let mut o = match job.is_none_or(|j| j.rank == 0) {
+        true => run_options(a, names, config)?,
         false => RunOptions {
             out: PathBuf::new(),
-            config: cfg,
+            config,
             seed: a.seed,
             total_steps: a.total_steps,
             checkpoint_every: a.checkpoint_every,
@@ -398,14 +398,18 @@ pub fn train(mut a: TrainArgs, target: &super::Target) -> Result<(), Failure> {
         },
     };
     o.job = job;
-    let summary = run::train(&mut t, &o, resumed)?;
+    Ok(o)
+}
+
+/// [`done`] for a process of `job`, after every process has finished.
+fn end_in(a: &TrainArgs, out: &Path, s: &Summary, job: Option<&Session>) -> Result<(), Failure> {
     if let Some(j) = job {
         j.finish()?;
+        if j.rank != 0 {
+            return Ok(());
+        }
     }
-    match writes {
-        true => done(&a, &o.out, &summary),
-        false => Ok(()),
-    }
+    done(a, out, s)
 }
 
 pub struct BenchTrainArgs {
@@ -441,7 +445,13 @@ pub fn bench(a: BenchTrainArgs, target: &super::Target) -> Result<(), Failure> {
     if let Some(j) = job {
         t = t.in_job(j);
     }
+    let began = (Instant::now(), distributed::gloo::time_spent().0);
     let runs: Vec<f64> = run::bench(&mut t, a.runs)?.into_iter().map(|r| r.steps_per_sec).collect();
+    // In a job: the share of the devices' time spent waiting in cross-process sums.
+    let all_reduce = job.map(|_| {
+        let (spent, calls) = distributed::gloo::time_spent();
+        ((spent - began.1).as_secs_f64() / (began.0.elapsed().as_secs_f64() * shape.devices as f64), calls)
+    });
     if let Some(j) = job {
         j.finish()?;
         if j.rank != 0 {
@@ -464,11 +474,15 @@ pub fn bench(a: BenchTrainArgs, target: &super::Target) -> Result<(), Failure> {
                 "devices": s.devices,
                 "processes": s.processes,
                 "seeds": s.seeds,
+                "all_reduce_share": all_reduce.map(|a| a.0),
             })
         );
     } else {
         println!("compile: {:.2} s (compilation cache: {})", t.compile_s, t.cache().as_str());
         println!("{median:.0} env steps/s (learning included; median of {} calls)", a.runs);
+        if let Some((share, calls)) = all_reduce {
+            println!("{:.1}% of process 0's device time in cross-process sums ({calls} calls)", 100.0 * share);
+        }
     }
     Ok(())
 }

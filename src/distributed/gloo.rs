@@ -14,6 +14,7 @@
 use super::coord::{Coordinator, GetError};
 use std::ffi::{CString, c_char, c_void};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 type SinkFn = unsafe extern "C" fn(sink: *mut c_void, data: *const u8, len: usize);
@@ -49,6 +50,16 @@ struct Groups {
 }
 
 static GROUPS: OnceLock<Groups> = OnceLock::new();
+
+/// Time spent in cross-process sums (nanoseconds, over every replica's thread), and
+/// their number: what `podc bench train` reports of a job.
+static SPENT: AtomicU64 = AtomicU64::new(0);
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// The time this process's replicas have spent in cross-process sums, and how many.
+pub fn time_spent() -> (Duration, u64) {
+    (Duration::from_nanos(SPENT.load(Ordering::Relaxed)), CALLS.load(Ordering::Relaxed))
+}
 
 /// The shim, when this podc was built with gloo.
 #[cfg(gloo)]
@@ -296,7 +307,11 @@ unsafe extern "C" fn cross_process_sum(frame: *mut CallFrame) -> *mut c_void {
             let groups = GROUPS.get().ok_or("no gloo groups were joined")?;
             let group = *groups.groups.get(replica as usize).ok_or("no gloo group for this replica")?;
             let mut err = vec![0 as c_char; 512];
-            if (groups.allreduce)(group as *mut c_void, dtype, y.data, n as usize, err.as_mut_ptr(), err.len()) != 0 {
+            let start = std::time::Instant::now();
+            let status = (groups.allreduce)(group as *mut c_void, dtype, y.data, n as usize, err.as_mut_ptr(), err.len());
+            SPENT.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            CALLS.fetch_add(1, Ordering::Relaxed);
+            if status != 0 {
                 return Err(format!("the cross-process all-reduce failed: {}", c_message(&err)));
             }
             Ok(())

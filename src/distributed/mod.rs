@@ -127,6 +127,8 @@ pub struct Session {
     pub processes: usize,
     pub coordinator: &'static Coordinator,
     pub timeout: Duration,
+    /// Keys handed out by [`Session::fresh_key`].
+    keys: std::sync::atomic::AtomicU64,
 }
 
 impl Session {
@@ -143,7 +145,7 @@ impl Session {
         let c = Coordinator::connect(&t.coordinator, t.rank, timeout)?;
         let coordinator: &'static Coordinator = Box::leak(Box::new(c));
         coordinator.watch(t.rank, &t.coordinator)?;
-        Ok(Session { rank: t.rank, processes: t.processes, coordinator, timeout })
+        Ok(Session { rank: t.rank, processes: t.processes, coordinator, timeout, keys: Default::default() })
     }
 
     /// Refuses to go on unless every process runs with the same `settings` (a JSON
@@ -162,6 +164,12 @@ impl Session {
             }
         }
         Ok(())
+    }
+
+    /// A key for one exchange (`what/N`): every process asks for its keys in the same
+    /// order, so the N-th key is the same everywhere.
+    pub fn fresh_key(&self, what: &str) -> String {
+        format!("{what}/{}", self.keys.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
     }
 
     /// Records what this process just did, for the message if it dies.

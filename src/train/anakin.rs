@@ -88,8 +88,6 @@ pub struct Trainer<'c> {
     state: DeviceState,
     /// The job, when training across processes.
     job: Option<&'static Session>,
-    /// Checkpoints gathered so far in the job (each gathers under a key of its own).
-    gathered: std::cell::Cell<u64>,
 }
 
 /// The agent to train: `name`, or the file's only one.
@@ -151,7 +149,6 @@ impl<'c> Trainer<'c> {
             train,
             state,
             job: None,
-            gathered: Default::default(),
         })
     }
 
@@ -261,26 +258,7 @@ impl Driver for Trainer<'_> {
     /// whole; the others return nothing.
     fn snapshot(&self) -> Result<Vec<(String, Array)>, String> {
         let Some(job) = self.job else { return self.state.snapshot() };
-        let mine: Vec<u8> = self.state.download_all()?.iter().flatten().flat_map(Array::to_bytes).collect();
-        let n = self.gathered.get();
-        self.gathered.set(n + 1);
-        let Some(all) = job.gather(&format!("snapshot/{n}"), &mine)? else { return Ok(vec![]) };
-        let leaves = &self.state.leaves;
-        let mut per_device = vec![];
-        for bytes in &all {
-            let mut at = 0;
-            for _ in 0..self.shape.devices {
-                let mut values = vec![];
-                for leaf in leaves {
-                    let len = leaf.ty.numel() * leaf.ty.dtype.size();
-                    let part = bytes.get(at..at + len).ok_or("a process sent a short snapshot")?;
-                    values.push(Array::from_bytes(&leaf.ty, part).ok_or("a process sent a bad snapshot")?);
-                    at += len;
-                }
-                per_device.push(values);
-            }
-        }
-        crate::train::state::snapshot_of(leaves, &per_device)
+        Ok(self.state.gather(job, &job.fresh_key("snapshot"))?.unwrap_or_default())
     }
 
     fn restore(&mut self, arrays: &[(String, Array)]) -> Result<(), String> {

@@ -92,15 +92,10 @@ pub struct Resume {
     pub meta: Value,
 }
 
-/// The checkpoint in `dir`, refused when any of its run's settings differs from this run's
-/// `config` (one that either side lacks counts as `null`; the file may move).
-pub fn resume_from(dir: &Path, config: &Value) -> Result<Resume, String> {
-    let loaded = checkpoint::load(dir).map_err(|e| e.to_string())?;
-    resume_loaded(dir, loaded, config)
-}
-
-/// [`resume_from`] with the checkpoint of `dir` already read (or sent by process 0).
-pub fn resume_loaded(dir: &Path, (arrays, meta): (Vec<(String, Array)>, Value), config: &Value) -> Result<Resume, String> {
+/// The checkpoint read from `dir` (or sent by process 0), refused when any of its run's
+/// settings differs from this run's `config` (one that either side lacks counts as
+/// `null`; the file may move).
+pub fn resume_from(dir: &Path, (arrays, meta): (Vec<(String, Array)>, Value), config: &Value) -> Result<Resume, String> {
     let saved = &meta["config"];
     let keys = config.as_object().into_iter().chain(saved.as_object()).flat_map(|o| o.keys());
     for k in keys.filter(|k| *k != "file") {

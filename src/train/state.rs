@@ -4,6 +4,7 @@
 //! Sebulba: the learner and its keys on the learner devices); checkpoints go through it.
 
 use crate::array::{Array, ArrayTy};
+use crate::distributed::Session;
 use crate::programs::anakin::{Leaf, LeafKind};
 use crate::runtime::{Buffer, Client};
 
@@ -48,6 +49,29 @@ impl DeviceState {
     /// (environments), or stacked for the PRNG keys.
     pub fn snapshot(&self) -> Result<Vec<(String, Array)>, String> {
         snapshot_of(&self.leaves, &self.download_all()?)
+    }
+
+    /// In a job, the whole job's state ([`DeviceState::snapshot`] over every process's
+    /// devices) on process 0, under `key` (fresh for each); the others send theirs and get
+    /// `None`.
+    pub fn gather(&self, job: &Session, key: &str) -> Result<Option<Vec<(String, Array)>>, String> {
+        let mine: Vec<u8> = self.download_all()?.iter().flatten().flat_map(Array::to_bytes).collect();
+        let Some(all) = job.gather(key, &mine)? else { return Ok(None) };
+        let mut per_device = vec![];
+        for bytes in &all {
+            let mut at = 0;
+            for _ in 0..self.devices.len() {
+                let mut values = vec![];
+                for leaf in &self.leaves {
+                    let len = leaf.ty.numel() * leaf.ty.dtype.size();
+                    let part = bytes.get(at..at + len).ok_or("a process sent a short snapshot")?;
+                    values.push(Array::from_bytes(&leaf.ty, part).ok_or("a process sent a bad snapshot")?);
+                    at += len;
+                }
+                per_device.push(values);
+            }
+        }
+        snapshot_of(&self.leaves, &per_device).map(Some)
     }
 
     /// Every device's whole state.

@@ -309,6 +309,8 @@ agent Still for CartPole {
         max_policy_lag: None,
         double_buffer: false,
         host,
+        processes: 1,
+        rank: 0,
     };
     let mut t = Sebulba::new(&client, &prog, &agent, cfg, Instant::now()).unwrap();
     t.init(0).unwrap();

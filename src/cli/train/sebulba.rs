@@ -1,6 +1,9 @@
 //! `podc train --env URI` and `podc bench train --env URI`: the Sebulba driver.
 
-use super::{BenchTrainArgs, Failure, SebulbaFlags, Sizes, TrainArgs, config, done, prepare, resume, run_options};
+use super::{
+    BenchTrainArgs, Checkpoint, Failure, SebulbaFlags, Sizes, TrainArgs, check_job, config, prepare, resume_read,
+};
+use crate::distributed::Session;
 use crate::binding;
 use crate::cli::run_env::{own_env_uri, pod_load};
 use crate::cli::{load, load_noted};
@@ -62,6 +65,8 @@ fn layout(
         max_policy_lag: flags.max_policy_lag,
         double_buffer: flags.double_buffer || (!flags.single_buffer && platform != "cpu"),
         host,
+        processes: sizes.processes,
+        rank: 0,
     };
     cfg.check()?;
     Ok(cfg)
@@ -123,7 +128,7 @@ fn setup(
     let devices = flags.actor_devices.iter().chain(&flags.learner_devices).max().map_or(1, |d| d + 1);
     let client = super::super::open_runtime(target, Some(devices))?;
     let mut cfg = layout((&prog, &opts.overrides), &name, sizes, flags, client.platform_name())?;
-    let per_device = cfg.envs / cfg.learner_devices.len();
+    let per_device = cfg.local_envs() / cfg.learner_devices.len();
     let agent = build_agent(&prog, &opts.overrides, &name, per_device, cfg.rollout).map_err(|d| {
         emit_stderr(&prog.map, &[*d]);
         Failure::Reported
@@ -144,8 +149,10 @@ fn sebulba_config(a: &TrainArgs, s: &Setup) -> Value {
         o.insert("env_import".into(), json!(recorded_imports(&c.host.env_import)));
     }
     o.insert("rollout".into(), json!(c.rollout));
-    o.insert("actor_threads".into(), json!(c.actor_threads));
-    o.insert("learner_devices".into(), json!(c.learner_devices.len()));
+    // Over the job, as `envs` is: the same run at any process count has the same config.
+    o.insert("devices".into(), json!(1));
+    o.insert("actor_threads".into(), json!(c.actor_threads * c.processes));
+    o.insert("learner_devices".into(), json!(c.learner_devices.len() * c.processes));
     o.insert("max_policy_lag".into(), json!(c.max_policy_lag));
     o.insert("single_buffer".into(), json!(!c.double_buffer));
     cfg
@@ -158,18 +165,35 @@ fn recorded_imports(modules: &[String]) -> Vec<String> {
     modules.iter().map(|m| absolute(m).map_or_else(|| m.clone(), |p| p.display().to_string())).collect()
 }
 
-pub fn train(mut a: TrainArgs, target: &crate::cli::Target) -> Result<(), Failure> {
+pub fn train(
+    mut a: TrainArgs,
+    target: &crate::cli::Target,
+    job: Option<&'static Session>,
+    checkpoint: Option<Checkpoint>,
+) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
-    super::begin(&a)?;
+    let writes = super::begin_in(&a, job)?;
     a.load = bind_env(&a.file, &a.load, a.agent.as_deref(), &flags)?;
-    let s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, target)?;
+    let mut s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, target)?;
     let cfg = sebulba_config(&a, &s);
-    let resumed = resume(&a, &cfg)?;
+    let resumed = resume_read(&a, checkpoint, &cfg)?;
+    if let Some(j) = job {
+        s.cfg.rank = j.rank;
+        let extra = json!({"total_steps": a.total_steps, "checkpoint_every": a.checkpoint_every, "resume": a.resume.is_some()});
+        check_job(j, &a.file, &cfg, extra, &s.client, s.cfg.learner_devices.len())?;
+    }
     let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
-    if !a.quiet {
+    if let Some(j) = job {
+        t = t.in_job(j);
+    }
+    if !a.quiet && writes {
         let c = &s.cfg;
+        let processes = match c.processes {
+            1 => String::new(),
+            p => format!(" in each of {p} processes"),
+        };
         eprintln!(
-            "training `{}` ({}) on `{}` with Sebulba: {} envs in {} actor thread(s) on device(s) {:?}, learner on {:?}, {} steps per rollout, compiled in {:.1} s",
+            "training `{}` ({}) on `{}` with Sebulba: {} envs in {} actor thread(s) on device(s) {:?}, learner on {:?}{processes}, {} steps per rollout, compiled in {:.1} s",
             s.agent.info.name,
             a.file.display(),
             c.uri,
@@ -181,9 +205,9 @@ pub fn train(mut a: TrainArgs, target: &crate::cli::Target) -> Result<(), Failur
             t.compile_s
         );
     }
-    let o = run_options(&a, (&s.agent.info.name, &t.spec.name), cfg)?;
+    let o = super::options_in(&a, (&s.agent.info.name, &t.spec.name), cfg, job)?;
     let summary = run::train(&mut t, &o, resumed)?;
-    done(&a, &o.out, &summary)
+    super::end_in(&a, &o.out, &summary, job)
 }
 
 /// Compile time, then env steps per second as the median over `runs` reports (of

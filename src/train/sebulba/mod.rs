@@ -24,7 +24,8 @@ use crate::array::{Array, ArrayTy, DType};
 use crate::elab::agent::{AgentFuncs, AgentInfo};
 use crate::host::{self, EnvSpec};
 use crate::ir::Func;
-use crate::lower::stablehlo::lower_module_donating;
+use crate::distributed::Session;
+use crate::lower::stablehlo::{lower_module_across, lower_module_donating};
 use crate::programs::anakin::{Leaf, LeafKind};
 use crate::programs::leaf_names;
 use crate::programs::sebulba::{SebulbaPrograms, sebulba_programs};
@@ -44,12 +45,12 @@ use std::time::Instant;
 pub struct Config {
     /// The host env's URI.
     pub uri: String,
-    /// Environments over all actor threads.
+    /// Environments over all actor threads (of all processes, in a job).
     pub envs: usize,
     pub rollout: usize,
     /// Updates per report (and per checkpoint interval unit).
     pub updates_per_report: usize,
-    /// Actor threads over all actor devices (spread round-robin).
+    /// Actor threads over all actor devices (spread round-robin), in each process.
     pub actor_threads: usize,
     pub actor_devices: Vec<usize>,
     pub learner_devices: Vec<usize>,
@@ -59,12 +60,19 @@ pub struct Config {
     pub double_buffer: bool,
     /// Host-env options (`num_envs` is set per batch).
     pub host: host::Options,
+    /// Processes in the job, each with its own actors and learner devices (1 unless
+    /// training across processes), and this one's index.
+    pub processes: usize,
+    pub rank: usize,
 }
 
 impl Config {
     /// Envs per actor thread, checked to split into two equal halves.
     pub fn check(&self) -> Result<(), String> {
-        let (e, a, l) = (self.envs, self.actor_threads, self.learner_devices.len());
+        if self.processes == 0 || !self.envs.is_multiple_of(self.processes) {
+            return Err(format!("`--envs {}` must be a multiple of the {} processes", self.envs, self.processes));
+        }
+        let (e, a, l) = (self.local_envs(), self.actor_threads, self.learner_devices.len());
         if a == 0 || self.actor_devices.is_empty() || l == 0 {
             return Err("Sebulba needs at least one actor thread, one actor device and one learner device".into());
         }
@@ -91,9 +99,14 @@ impl Config {
         if self.double_buffer { 2 } else { 1 }
     }
 
+    /// This process's envs.
+    pub fn local_envs(&self) -> usize {
+        self.envs / self.processes
+    }
+
     /// Envs per batch (what the actor program is compiled for).
     pub fn batch(&self) -> usize {
-        self.envs / self.actor_threads / self.buffers()
+        self.local_envs() / self.actor_threads / self.buffers()
     }
 
     pub fn steps_per_update(&self) -> u64 {
@@ -126,6 +139,8 @@ pub struct Sebulba {
     act: Vec<Arc<Executable>>,
     /// On the learner devices: the learner's leaves, then the update key per device.
     state: DeviceState,
+    /// The job, when training across processes.
+    job: Option<&'static Session>,
 }
 
 impl Sebulba {
@@ -142,8 +157,9 @@ impl Sebulba {
         let spec = agent_spec(&agent.info)?;
         let programs = sebulba_programs(prog, agent, cfg.batch());
         let n = programs.learner.len();
+        let l = cfg.learner_devices.len();
         let learn = client
-            .compile_on(&lower_module_donating(&programs.learn, cfg.learner_devices.len(), n + 1), &cfg.learner_devices)
+            .compile_on(&lower_module_across(&programs.learn, l, cfg.processes, n + 1), &cfg.learner_devices)
             .map_err(|e| e.to_string())?;
         let act_mlir = lower_module_donating(&programs.act, 1, 1);
         let act = cfg
@@ -158,7 +174,7 @@ impl Sebulba {
             .collect();
         let rng = ArrayTy::new(DType::U32, vec![2]);
         state.push(Leaf { name: "rng".into(), ty: rng, kind: LeafKind::PerDevice, seeded: false });
-        let state = DeviceState::new(state, cfg.learner_devices.clone());
+        let state = DeviceState::new(state, cfg.learner_devices.clone()).within(cfg.rank * l, cfg.processes * l);
         Ok(Sebulba {
             client: client.clone(),
             cfg,
@@ -170,7 +186,14 @@ impl Sebulba {
             learn,
             act,
             state,
+            job: None,
         })
+    }
+
+    /// This driver as process `cfg.rank` of `job`: the episodes of every process are
+    /// reported, and process 0 gathers the checkpoints.
+    pub fn in_job(self, job: &'static Session) -> Self {
+        Sebulba { job: Some(job), ..self }
     }
 
     /// The policy leaves (what the actor program reads) of the learner on device 0.
@@ -221,7 +244,10 @@ impl Sebulba {
             if (u + 1 - start).is_multiple_of(k) {
                 let wall = since.elapsed().as_secs_f64().max(1e-9);
                 since = Instant::now();
-                let e = acc.episodes;
+                let e = match self.job {
+                    Some(job) => job_episodes(job, acc.episodes)?,
+                    None => acc.episodes,
+                };
                 let mean = |s: f64| (e.count > 0).then(|| s / e.count as f64);
                 let names = self.metric_names();
                 let report = Report {
@@ -312,14 +338,16 @@ impl Driver for Sebulba {
     /// with each device's update key.
     fn init(&mut self, seed: i64) -> Result<(), String> {
         let learner = crate::ir::eval::eval_func(&self.init, &[keys(&self.programs.keys, seed, 0, 0)?.0]);
-        let per_device = (0..self.cfg.learner_devices.len())
+        let first = self.state.span.0;
+        let per_device = (first..first + self.cfg.learner_devices.len())
             .map(|i| Ok(learner.iter().cloned().chain([keys(&self.programs.keys, seed, i as i32, 0)?.1]).collect()))
             .collect::<Result<Vec<Vec<Array>>, String>>()?;
         self.state.upload(&self.client, &per_device)
     }
 
     fn snapshot(&self) -> Result<Vec<(String, Array)>, String> {
-        self.state.snapshot()
+        let Some(job) = self.job else { return self.state.snapshot() };
+        Ok(self.state.gather(job, &job.fresh_key("snapshot"))?.unwrap_or_default())
     }
 
     fn restore(&mut self, arrays: &[(String, Array)]) -> Result<(), String> {
@@ -337,14 +365,17 @@ impl Driver for Sebulba {
     ) -> Result<(), String> {
         let cfg = self.cfg.clone();
         let threads = cfg.actor_threads;
-        let per_thread = cfg.envs / threads;
+        let per_thread = cfg.local_envs() / threads;
+        // Actor threads are numbered over the job: this process's come after those of
+        // the processes before it.
+        let first = cfg.rank * threads;
         let layout = TrajectoryLayout::new(&self.programs.trajectory, cfg.rollout, per_thread);
         let store = Arc::new(PolicyStore::new(start, self.policy()?));
         let stop = Arc::new(AtomicBool::new(false));
         let restarts: Vec<Arc<AtomicU64>> = (0..threads).map(|_| Arc::new(AtomicU64::new(0))).collect();
         let notes = Arc::new(Mutex::new(vec![]));
         let actor_keys = (0..threads)
-            .map(|k| keys(&self.programs.keys, seed, k as i32, start).map(|k| k.2))
+            .map(|k| keys(&self.programs.keys, seed, (first + k) as i32, start).map(|k| k.2))
             .collect::<Result<Vec<_>, _>>()?;
         std::thread::scope(|s| {
             let mut rxs = vec![];
@@ -365,7 +396,9 @@ impl Driver for Sebulba {
                     opts,
                     // Env `i` of the whole batch is seeded `seed + i` (Gymnasium's vector
                     // convention), moved on by each resumption's start.
-                    env_seed: (seed as u64).wrapping_add((k * per_thread) as u64).wrapping_add(start * cfg.envs as u64),
+                    env_seed: (seed as u64)
+                        .wrapping_add(((first + k) * per_thread) as u64)
+                        .wrapping_add(start * cfg.envs as u64),
                     key: actor_keys[k].clone(),
                     expected: self.spec.clone(),
                     layout: layout.clone(),
@@ -408,6 +441,22 @@ impl Acc {
             *s += x;
         }
     }
+}
+
+/// The episodes that ended in every process of `job` since the last report.
+fn job_episodes(job: &Session, mine: EpisodeStats) -> Result<EpisodeStats, String> {
+    let key = job.fresh_key("episodes");
+    let bytes: Vec<u8> =
+        [mine.count as f64, mine.return_sum, mine.length_sum].iter().flat_map(|x| x.to_le_bytes()).collect();
+    job.coordinator.put(&format!("{key}/{}", job.rank), &bytes)?;
+    let mut all = EpisodeStats::default();
+    for r in 0..job.processes {
+        let b = job.coordinator.get(&format!("{key}/{r}"), job.timeout)?;
+        let x: Vec<f64> = b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().expect("8 bytes"))).collect();
+        let [count, return_sum, length_sum] = x[..] else { return Err("a malformed episode count".into()) };
+        all.add(&EpisodeStats { count: count as u64, return_sum, length_sum });
+    }
+    Ok(all)
 }
 
 /// The keys of [`SebulbaPrograms::keys`] for `seed`, learner device or actor thread `i`
