@@ -388,3 +388,38 @@ fn two_hosts_give_the_same_run() {
     assert_same_run(Path::new(&outs[0]), two_devices());
     assert!(!PathBuf::from(&outs[1]).exists(), "process 1 wrote nothing");
 }
+
+#[test]
+fn sebulba_across_processes_matches_one_process() {
+    if !gloo("sebulba_across_processes_matches_one_process") {
+        return;
+    }
+    // The agent's own `.pod` CartPole stepped on the host: actors, host envs and a learner
+    // in each process, against one process with all of them.
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (out(&dir, "a"), out(&dir, "b"));
+    let common = ["examples/cartpole_impala.pod", "--arch", "sebulba", "--total-steps", "20480", "-q"];
+    let mut one = vec!["train"];
+    one.extend(common);
+    one.extend(["--actor-threads", "2", "--actor-devices", "0,1", "--learner-devices", "0,1", "--out", &b]);
+    run_ok(podc(&one));
+    let mut two = vec!["launch", "--processes", "2", "--", "train"];
+    two.extend(common);
+    two.extend(["--actor-threads", "1", "--out", &a]);
+    run_ok(podc(&two));
+    let without_timings = |d: &str| -> Vec<Value> {
+        metrics(Path::new(d))
+            .into_iter()
+            .map(|mut r| {
+                for k in ["actor_idle", "learner_idle", "policy_lag"] {
+                    r.as_object_mut().unwrap().remove(k);
+                }
+                r
+            })
+            .collect()
+    };
+    assert_eq!(without_timings(&a), without_timings(&b));
+    for f in ["checkpoint.safetensors", "checkpoint.json"] {
+        assert!(fs::read(Path::new(&a).join(f)).unwrap() == fs::read(Path::new(&b).join(f)).unwrap(), "{f}");
+    }
+}
