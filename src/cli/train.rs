@@ -274,7 +274,17 @@ pub(super) fn resume_read(a: &TrainArgs, checkpoint: Option<Checkpoint>, config:
 }
 
 /// The last line of a run; an interrupted run says how to go on, and fails with its signal.
-pub(super) fn done(a: &TrainArgs, out: &Path, s: &Summary) -> Result<(), Failure> {
+fn done(a: &TrainArgs, out: &Path, s: &Summary, job: bool) -> Result<(), Failure> {
+    if let (Some(signal), true) = (s.interrupted, job) {
+        eprintln!(
+            "stopped by {} at {} env steps, checkpointed in {}; continue by starting the job again with `--resume {}` in place of `--out`",
+            interrupt::name(signal),
+            s.env_steps,
+            out.display(),
+            out.display()
+        );
+        return Err(Failure::Interrupted(signal));
+    }
     if let Some(signal) = s.interrupted {
         eprintln!(
             "stopped by {} at {} env steps, checkpointed in {}; continue with:\n  {}",
@@ -409,7 +419,7 @@ fn end_in(a: &TrainArgs, out: &Path, s: &Summary, job: Option<&Session>) -> Resu
             return Ok(());
         }
     }
-    done(a, out, s)
+    done(a, out, s, job.is_some())
 }
 
 pub struct BenchTrainArgs {

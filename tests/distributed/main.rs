@@ -423,3 +423,36 @@ fn sebulba_across_processes_matches_one_process() {
         assert!(fs::read(Path::new(&a).join(f)).unwrap() == fs::read(Path::new(&b).join(f)).unwrap(), "{f}");
     }
 }
+
+#[test]
+fn an_interrupted_job_stops_every_process_at_one_checkpoint() {
+    if tier::slow("interrupting a job") || !gloo("an_interrupted_job_stops_every_process_at_one_checkpoint") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let a = out(&dir, "a");
+    let launch = podc(&["launch", "--processes", "2", "--", "train", CATCH, "--total-steps", "50000000", "--out", &a])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !Path::new(&a).join("checkpoint.json").exists() {
+        assert!(start.elapsed() < Duration::from_secs(120), "no checkpoint after two minutes");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pids = children_of(launch.id());
+    let pid = rustix::process::Pid::from_raw(launch.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let o = launch.wait_with_output().unwrap();
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(130), "{t}");
+    assert!(t.contains("[0] stopped by SIGINT") && t.contains("--resume"), "{t}");
+    for p in pids {
+        assert!(!Path::new(&format!("/proc/{p}")).exists(), "process {p} is left");
+    }
+    // The checkpoint is the last report's: the metrics log ends where it does.
+    let meta: Value = serde_json::from_slice(&fs::read(Path::new(&a).join("checkpoint.json")).unwrap()).unwrap();
+    let last = metrics(Path::new(&a)).last().unwrap()["env_steps"].clone();
+    assert_eq!(meta["meta"]["env_steps"], last, "{meta}");
+}
