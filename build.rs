@@ -23,7 +23,9 @@ fn gloo_shim() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo::rerun-if-changed=/usr/include/gloo/allreduce.h");
     println!("cargo::rerun-if-env-changed=CXX");
     if !std::path::Path::new("/usr/include/gloo/allreduce.h").exists() {
-        println!("cargo::warning=gloo is not installed (apt-get install libgloo-dev): multi-process CPU training is off");
+        println!(
+            "cargo::warning=gloo is not installed (apt-get install libgloo-dev): multi-process CPU training is off"
+        );
         return Ok(());
     }
     let out = PathBuf::from(std::env::var("OUT_DIR")?).join("libpodc_gloo.so");

@@ -347,7 +347,7 @@ struct ShapeArgs {
     #[arg(long, default_value_t = 1)]
     seeds: usize,
     #[command(flatten)]
-    distributed: crate::distributed::Flags,
+    distributed: Box<crate::distributed::Flags>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -495,7 +495,7 @@ pub fn main(cli: Cli) -> ExitCode {
                 checkpoint_every,
                 quiet,
                 sebulba: shape.sebulba(sebulba),
-                distributed: shape.distributed.clone(),
+                distributed: (*shape.distributed).clone(),
             };
             train::train(args, target)
         }),
@@ -509,7 +509,7 @@ pub fn main(cli: Cli) -> ExitCode {
                     runs: runs as usize,
                     json,
                     sebulba: shape.sebulba(sebulba),
-                    distributed: shape.distributed.clone(),
+                    distributed: (*shape.distributed).clone(),
                 };
                 train::bench(args, target)
             })

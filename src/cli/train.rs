@@ -69,15 +69,14 @@ pub fn anakin_programs_at_defaults(
     overrides: &[Override],
     agent: &str,
 ) -> Result<AnakinPrograms, Failure> {
-    let sizes =
-        Sizes {
-            envs: DEFAULT_ENVS,
-            rollout: None,
-            updates_per_call: DEFAULT_UPDATES_PER_CALL,
-            devices: 1,
-            processes: 1,
-            seeds: 1,
-        };
+    let sizes = Sizes {
+        envs: DEFAULT_ENVS,
+        rollout: None,
+        updates_per_call: DEFAULT_UPDATES_PER_CALL,
+        devices: 1,
+        processes: 1,
+        seeds: 1,
+    };
     let shape = sizes.shape(prog, overrides, agent);
     let (agent, env) = agent_and_env(prog, overrides, agent, shape).map_err(|d| {
         emit_stderr(&prog.map, &[*d]);
@@ -224,7 +223,14 @@ pub(super) fn join(flags: &distributed::Flags, target: &super::Target) -> Result
 
 /// In a job: every process must run the same program with the same settings; then gloo
 /// joins the processes, for the programs' collectives.
-pub(super) fn check_job(job: &Session, a_file: &Path, cfg: &Value, extra: Value, client: &crate::runtime::Client, devices: usize) -> Result<(), Failure> {
+pub(super) fn check_job(
+    job: &Session,
+    a_file: &Path,
+    cfg: &Value,
+    extra: Value,
+    client: &crate::runtime::Client,
+    devices: usize,
+) -> Result<(), Failure> {
     use sha2::Digest;
     let source = std::fs::read(a_file).map_err(|e| format!("cannot read `{}`: {e}", a_file.display()))?;
     let mut settings = cfg.clone();
@@ -266,7 +272,11 @@ pub(super) fn begin(a: &TrainArgs) -> Result<(), Failure> {
 }
 
 /// The checkpoint to resume from (already read), compared with `config` before compiling.
-pub(super) fn resume_read(a: &TrainArgs, checkpoint: Option<Checkpoint>, config: &Value) -> Result<Option<run::Resume>, Failure> {
+pub(super) fn resume_read(
+    a: &TrainArgs,
+    checkpoint: Option<Checkpoint>,
+    config: &Value,
+) -> Result<Option<run::Resume>, Failure> {
     match (&a.resume, checkpoint) {
         (Some(dir), Some(c)) => Ok(Some(run::resume_from(dir, c, config)?)),
         _ => Ok(None),
@@ -349,7 +359,8 @@ pub fn train(mut a: TrainArgs, target: &super::Target) -> Result<(), Failure> {
     let resumed = resume_read(&a, checkpoint, &cfg)?;
     let client = super::open_runtime(target, Some(shape.devices))?;
     if let Some(j) = job {
-        let extra = json!({"total_steps": a.total_steps, "checkpoint_every": a.checkpoint_every, "resume": a.resume.is_some()});
+        let extra =
+            json!({"total_steps": a.total_steps, "checkpoint_every": a.checkpoint_every, "resume": a.resume.is_some()});
         check_job(j, &a.file, &cfg, extra, &client, shape.devices)?;
     }
     let mut t = trainer(&client, &prog, &a.load.overrides, &agent, shape)?;
@@ -394,7 +405,12 @@ fn begin_in(a: &TrainArgs, job: Option<&Session>) -> Result<bool, Failure> {
 }
 
 /// [`run_options`] for a process of `job`: the others write nothing, so need no directory.
-fn options_in(a: &TrainArgs, names: (&str, &str), config: Value, job: Option<&'static Session>) -> Result<RunOptions, Failure> {
+fn options_in(
+    a: &TrainArgs,
+    names: (&str, &str),
+    config: Value,
+    job: Option<&'static Session>,
+) -> Result<RunOptions, Failure> {
     let mut o = match job.is_none_or(|j| j.rank == 0) {
         true => run_options(a, names, config)?,
         false => RunOptions {

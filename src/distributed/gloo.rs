@@ -39,8 +39,14 @@ type ConnectFn = unsafe extern "C" fn(
     err: *mut c_char,
     errlen: usize,
 ) -> *mut c_void;
-type AllReduceFn =
-    unsafe extern "C" fn(g: *mut c_void, dtype: i32, data: *mut c_void, n: usize, err: *mut c_char, errlen: usize) -> i32;
+type AllReduceFn = unsafe extern "C" fn(
+    g: *mut c_void,
+    dtype: i32,
+    data: *mut c_void,
+    n: usize,
+    err: *mut c_char,
+    errlen: usize,
+) -> i32;
 
 /// The joined groups, one per local replica, for the rest of the process.
 struct Groups {
@@ -308,7 +314,8 @@ unsafe extern "C" fn cross_process_sum(frame: *mut CallFrame) -> *mut c_void {
             let group = *groups.groups.get(replica as usize).ok_or("no gloo group for this replica")?;
             let mut err = vec![0 as c_char; 512];
             let start = std::time::Instant::now();
-            let status = (groups.allreduce)(group as *mut c_void, dtype, y.data, n as usize, err.as_mut_ptr(), err.len());
+            let status =
+                (groups.allreduce)(group as *mut c_void, dtype, y.data, n as usize, err.as_mut_ptr(), err.len());
             SPENT.fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
             CALLS.fetch_add(1, Ordering::Relaxed);
             if status != 0 {

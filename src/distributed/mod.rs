@@ -256,12 +256,8 @@ mod tests {
 
     #[test]
     fn flags_win_over_the_environment() {
-        let flags = Flags {
-            coordinator: Some("h:1".into()),
-            num_processes: Some(2),
-            process_id: Some(1),
-            ..Flags::default()
-        };
+        let flags =
+            Flags { coordinator: Some("h:1".into()), num_processes: Some(2), process_id: Some(1), ..Flags::default() };
         let vars = [("PODC_COORDINATOR", "x:9"), ("PODC_NUM_PROCESSES", "4"), ("PODC_PROCESS_ID", "3")];
         assert_eq!(detect(&flags, &env(&vars)).unwrap(), topo("h:1", 2, 1));
         assert_eq!(detect(&Flags::default(), &env(&vars)).unwrap(), topo("x:9", 4, 3));
@@ -289,8 +285,10 @@ mod tests {
         let err = |vars: &[(&str, &str)]| detect(&Flags::default(), &env(vars)).unwrap_err();
         assert!(err(&[("PODC_NUM_PROCESSES", "2"), ("PODC_PROCESS_ID", "0")]).contains("--coordinator"));
         assert!(err(&[("PODC_NUM_PROCESSES", "2"), ("PODC_COORDINATOR", "a:1")]).contains("--process-id"));
-        assert!(err(&[("PODC_NUM_PROCESSES", "2"), ("PODC_PROCESS_ID", "2"), ("PODC_COORDINATOR", "a:1")])
-            .contains("out of range"));
+        assert!(
+            err(&[("PODC_NUM_PROCESSES", "2"), ("PODC_PROCESS_ID", "2"), ("PODC_COORDINATOR", "a:1")])
+                .contains("out of range")
+        );
         assert!(err(&[("WORLD_SIZE", "two")]).contains("`WORLD_SIZE=two`"));
         assert!(err(&[("OMPI_COMM_WORLD_SIZE", "2"), ("OMPI_COMM_WORLD_RANK", "0")]).contains("--coordinator"));
     }

@@ -156,12 +156,8 @@ fn sum_across_processes(cx: &mut LowerCx, xs: &[String], tys: &[&ArrayTy]) -> Ve
         return xs.to_vec();
     }
     let flat_ty = |n: usize| ArrayTy::new(dtype, vec![n]);
-    let flats: Vec<String> = xs
-        .iter()
-        .zip(tys)
-        .zip(&sizes)
-        .map(|((x, &ty), &n)| reshape(cx, x, ty, &flat_ty(n)))
-        .collect();
+    let flats: Vec<String> =
+        xs.iter().zip(tys).zip(&sizes).map(|((x, &ty), &n)| reshape(cx, x, ty, &flat_ty(n))).collect();
     let joined = match &flats[..] {
         [one] => one.clone(),
         _ => {
@@ -202,6 +198,6 @@ fn sum_across_processes(cx: &mut LowerCx, xs: &[String], tys: &[&ArrayTy]) -> Ve
 fn reshape(cx: &mut LowerCx, x: &str, from: &ArrayTy, to: &ArrayTy) -> String {
     match from.shape == to.shape {
         true => x.to_string(),
-        false => cx.op("stablehlo.reshape", &[x.to_string()], "", &[from.clone()], to),
+        false => cx.op("stablehlo.reshape", &[x.to_string()], "", std::slice::from_ref(from), to),
     }
 }

@@ -10,9 +10,9 @@
 use super::run::{Driver, Next, Report, Reported};
 use super::state::DeviceState;
 use crate::array::{Array, Data};
+use crate::distributed::Session;
 use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
 use crate::elab::env::{EnvFuncs, build_env};
-use crate::distributed::Session;
 use crate::lower::stablehlo::lower_module_across;
 use crate::overrides::Override;
 use crate::programs::anakin::{AnakinPrograms, DeviceShape, EPISODE_METRICS, LeafKind, anakin_programs, with_seeds};

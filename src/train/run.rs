@@ -7,8 +7,8 @@
 use super::tensorboard::EventWriter;
 use super::{checkpoint, metrics, plot, progress::Progress};
 use crate::array::Array;
-use serde_json::{Map, Value, json};
 use crate::distributed::Session;
+use serde_json::{Map, Value, json};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -95,7 +95,11 @@ pub struct Resume {
 /// The checkpoint read from `dir` (or sent by process 0), refused when any of its run's
 /// settings differs from this run's `config` (one that either side lacks counts as
 /// `null`; the file may move).
-pub fn resume_from(dir: &Path, (arrays, meta): (Vec<(String, Array)>, Value), config: &Value) -> Result<Resume, String> {
+pub fn resume_from(
+    dir: &Path,
+    (arrays, meta): (Vec<(String, Array)>, Value),
+    config: &Value,
+) -> Result<Resume, String> {
     let saved = &meta["config"];
     let keys = config.as_object().into_iter().chain(saved.as_object()).flat_map(|o| o.keys());
     for k in keys.filter(|k| *k != "file") {
@@ -246,7 +250,13 @@ fn mean_return(reports: &[Report]) -> Option<f64> {
     (!returns.is_empty()).then(|| returns.iter().sum::<f64>() / returns.len() as f64)
 }
 
-fn save<D: Driver>(arrays: &[(String, Array)], dir: &Path, config: &Value, units: u64, env_steps: u64) -> Result<(), String> {
+fn save<D: Driver>(
+    arrays: &[(String, Array)],
+    dir: &Path,
+    config: &Value,
+    units: u64,
+    env_steps: u64,
+) -> Result<(), String> {
     let mut meta = Map::new();
     meta.insert("config".into(), config.clone());
     meta.insert(D::UNIT.into(), json!(units));

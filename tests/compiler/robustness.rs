@@ -138,7 +138,8 @@ fn mutated_programs_never_panic() {
                 }
                 // And an agent must build its Anakin programs, or say why not.
                 for agent in podracer::elab::agent::agent_names(&prog) {
-                    let shape = RunShape { envs: 4, rollout: 4, updates_per_call: 1, devices: 1, processes: 1, seeds: 1 };
+                    let shape =
+                        RunShape { envs: 4, rollout: 4, updates_per_call: 1, devices: 1, processes: 1, seeds: 1 };
                     if let Ok((a, e)) = agent_and_env(&prog, &[], &agent, shape) {
                         anakin_programs(&prog, &a, &e, DeviceShape { envs: 4, steps: 4, updates: 1 });
                     }

@@ -78,7 +78,12 @@ fn metrics(dir: &Path) -> Vec<Value> {
 fn assert_same_run(a: &Path, b: &Path) {
     assert_eq!(metrics(a), metrics(b), "metrics of {} and {}", a.display(), b.display());
     for f in ["checkpoint.safetensors", "checkpoint.json"] {
-        assert!(fs::read(a.join(f)).unwrap() == fs::read(b.join(f)).unwrap(), "{f} of {} and {}", a.display(), b.display());
+        assert!(
+            fs::read(a.join(f)).unwrap() == fs::read(b.join(f)).unwrap(),
+            "{f} of {} and {}",
+            a.display(),
+            b.display()
+        );
     }
 }
 
@@ -89,7 +94,17 @@ fn two_devices() -> &'static Path {
     &DIR.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
         let run = dir.path().join("run");
-        run_ok(podc(&["train", CATCH, "--devices", "2", "--total-steps", STEPS, "-q", "--out", &run.display().to_string()]));
+        run_ok(podc(&[
+            "train",
+            CATCH,
+            "--devices",
+            "2",
+            "--total-steps",
+            STEPS,
+            "-q",
+            "--out",
+            &run.display().to_string(),
+        ]));
         (dir, run)
     })
     .1
@@ -103,7 +118,18 @@ fn launch_gives_the_run_of_one_process_with_as_many_devices() {
     let dir = tempfile::tempdir().unwrap();
     let a = out(&dir, "a");
     let log = run_ok(podc(&[
-        "launch", "--processes", "2", "--", "train", CATCH, "--devices", "1", "--total-steps", STEPS, "--out", &a,
+        "launch",
+        "--processes",
+        "2",
+        "--",
+        "train",
+        CATCH,
+        "--devices",
+        "1",
+        "--total-steps",
+        STEPS,
+        "--out",
+        &a,
     ]));
     assert_same_run(Path::new(&a), two_devices());
     // Process 0 reports; process 1 says nothing.
@@ -248,7 +274,11 @@ fn an_unreachable_coordinator_is_an_error_after_the_timeout() {
         .output()
         .unwrap();
     assert!(!o.status.success());
-    assert!(text(&o).contains("cannot reach the coordinator at 127.0.0.1:") && text(&o).contains("after 2 s"), "{}", text(&o));
+    assert!(
+        text(&o).contains("cannot reach the coordinator at 127.0.0.1:") && text(&o).contains("after 2 s"),
+        "{}",
+        text(&o)
+    );
     assert!(t.elapsed() < Duration::from_secs(20));
 }
 
@@ -258,17 +288,7 @@ fn an_unreachable_coordinator_is_an_error_after_the_timeout() {
 fn kill_one(victim: usize) {
     let dir = tempfile::tempdir().unwrap();
     let a = out(&dir, "a");
-    let launch = podc(&["launch", "--processes", "2", "--", "train", CATCH, "--total-steps", "50000000"])
-        .args(["--checkpoint-every", "1", "--out", &a])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !Path::new(&a).join("checkpoint.json").exists() {
-        assert!(start.elapsed() < Duration::from_secs(120), "no checkpoint after two minutes");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let launch = long_job(&a, &["--checkpoint-every", "1"]);
     std::thread::sleep(Duration::from_millis(500));
     let pids = children_of(launch.id());
     assert_eq!(pids.len(), 2, "the launch's processes: {pids:?}");
@@ -288,6 +308,23 @@ fn kill_one(victim: usize) {
         assert!(!Path::new(&format!("/proc/{p}")).exists(), "process {p} is left");
     }
     run_ok(podc(&["eval", CATCH, "--checkpoint", &a, "--episodes", "2"]));
+}
+
+/// `podc launch` of a two-process job far longer than any test, writing to `out`, once
+/// it has written a checkpoint.
+fn long_job(out: &str, flags: &[&str]) -> Child {
+    let launch = podc(&["launch", "--processes", "2", "--", "train", CATCH, "--total-steps", "50000000", "--out", out])
+        .args(flags)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !Path::new(out).join("checkpoint.json").exists() {
+        assert!(start.elapsed() < Duration::from_secs(120), "no checkpoint after two minutes");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    launch
 }
 
 /// The pids of a process's children, oldest first (`podc launch` starts rank 0 first).
@@ -431,16 +468,7 @@ fn an_interrupted_job_stops_every_process_at_one_checkpoint() {
     }
     let dir = tempfile::tempdir().unwrap();
     let a = out(&dir, "a");
-    let launch = podc(&["launch", "--processes", "2", "--", "train", CATCH, "--total-steps", "50000000", "--out", &a])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while !Path::new(&a).join("checkpoint.json").exists() {
-        assert!(start.elapsed() < Duration::from_secs(120), "no checkpoint after two minutes");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let launch = long_job(&a, &[]);
     let pids = children_of(launch.id());
     let pid = rustix::process::Pid::from_raw(launch.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();

@@ -3,11 +3,11 @@
 use super::{
     BenchTrainArgs, Checkpoint, Failure, SebulbaFlags, Sizes, TrainArgs, check_job, config, prepare, resume_read,
 };
-use crate::distributed::Session;
 use crate::binding;
 use crate::cli::run_env::{own_env_uri, pod_load};
 use crate::cli::{load, load_noted};
 use crate::diag::emit_stderr;
+use crate::distributed::Session;
 use crate::driver::LoadOptions;
 use crate::elab::agent::{AgentFuncs, build_agent};
 use crate::overrides::Override;
@@ -179,7 +179,8 @@ pub fn train(
     let resumed = resume_read(&a, checkpoint, &cfg)?;
     if let Some(j) = job {
         s.cfg.rank = j.rank;
-        let extra = json!({"total_steps": a.total_steps, "checkpoint_every": a.checkpoint_every, "resume": a.resume.is_some()});
+        let extra =
+            json!({"total_steps": a.total_steps, "checkpoint_every": a.checkpoint_every, "resume": a.resume.is_some()});
         check_job(j, &a.file, &cfg, extra, &s.client, s.cfg.learner_devices.len())?;
     }
     let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;

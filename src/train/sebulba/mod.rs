@@ -21,10 +21,10 @@ pub mod policy;
 pub mod rollout;
 
 use crate::array::{Array, ArrayTy, DType};
+use crate::distributed::Session;
 use crate::elab::agent::{AgentFuncs, AgentInfo};
 use crate::host::{self, EnvSpec};
 use crate::ir::Func;
-use crate::distributed::Session;
 use crate::lower::stablehlo::{lower_module_across, lower_module_donating};
 use crate::programs::anakin::{Leaf, LeafKind};
 use crate::programs::leaf_names;
