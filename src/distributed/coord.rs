@@ -361,9 +361,15 @@ impl Coordinator {
         Ok(())
     }
 
+    /// From now on, losing the coordinator is no failure: this process is about to leave
+    /// (and process 0 may leave first).
+    pub fn leaving(&self) {
+        self.leaving.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
     /// Says goodbye: this process's end is not a failure. The lifeline closes.
     pub fn bye(&self) {
-        self.leaving.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.leaving();
         if let Some(mut s) = self.lifeline.lock().unwrap_or_else(PoisonError::into_inner).take() {
             let _ = write_frame(&mut s, &[&[BYE]]);
             let _ = s.shutdown(std::net::Shutdown::Write);

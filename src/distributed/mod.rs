@@ -222,6 +222,7 @@ impl Session {
     /// process 0 (whose service the others use) exits last.
     pub fn finish(&self) -> Result<(), String> {
         self.coordinator.barrier("finish", self.rank, self.processes, self.timeout)?;
+        self.coordinator.leaving();
         self.coordinator.put(&format!("left/{}", self.rank), &[])?;
         if self.rank == 0 {
             for r in 1..self.processes {
