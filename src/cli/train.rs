@@ -225,14 +225,14 @@ pub(super) fn join(flags: &distributed::Flags, target: &super::Target) -> Result
 /// joins the processes, for the programs' collectives.
 pub(super) fn check_job(
     job: &Session,
-    a_file: &Path,
+    file: &Path,
     cfg: &Value,
     extra: Value,
     client: &crate::runtime::Client,
     devices: usize,
 ) -> Result<(), Failure> {
     use sha2::Digest;
-    let source = std::fs::read(a_file).map_err(|e| format!("cannot read `{}`: {e}", a_file.display()))?;
+    let source = std::fs::read(file).map_err(|e| format!("cannot read `{}`: {e}", file.display()))?;
     let mut settings = cfg.clone();
     settings["program_sha256"] = json!(format!("{:x}", sha2::Sha256::digest(&source)));
     settings["podc"] = json!(env!("CARGO_PKG_VERSION"));

@@ -66,8 +66,6 @@ struct Store {
     failed: Option<String>,
     /// Per process: its host and the last thing it said it did.
     who: HashMap<u32, (String, String)>,
-    /// Processes that said goodbye.
-    done: Vec<u32>,
 }
 
 struct Service {
@@ -155,10 +153,9 @@ fn lifeline(s: Arc<Service>, mut stream: TcpStream, rank: &[u8], host: &[u8]) ->
     let mut tell = stream.try_clone()?;
     let service = s.clone();
     std::thread::spawn(move || {
-        let s = service;
-        let mut st = s.lock();
+        let mut st = service.lock();
         while st.failed.is_none() {
-            st = s.changed.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st = service.changed.wait(st).unwrap_or_else(PoisonError::into_inner);
         }
         let why = st.failed.clone().unwrap_or_default();
         drop(st);
@@ -172,11 +169,7 @@ fn lifeline(s: Arc<Service>, mut stream: TcpStream, rank: &[u8], host: &[u8]) ->
                     w.1 = note;
                 }
             }
-            Ok(parts) if parts.first().and_then(|p| p.first()) == Some(&BYE) => {
-                s.lock().done.push(rank);
-                s.changed.notify_all();
-                return Ok(());
-            }
+            Ok(parts) if parts.first().and_then(|p| p.first()) == Some(&BYE) => return Ok(()),
             Ok(_) => {}
             Err(_) => {
                 let mut st = s.lock();
@@ -380,4 +373,63 @@ impl Coordinator {
 /// This host's name, for messages.
 fn hostname() -> String {
     rustix::system::uname().nodename().to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service() -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        serve(listener);
+        addr
+    }
+
+    const SHORT: Duration = Duration::from_millis(200);
+
+    #[test]
+    fn keys_are_put_got_waited_for_and_deleted() {
+        let addr = service();
+        let (a, b) = (Coordinator::connect(&addr, 0, SHORT).unwrap(), Coordinator::connect(&addr, 1, SHORT).unwrap());
+        assert_eq!(a.try_get("k").unwrap(), None);
+        assert!(matches!(a.get_bytes(b"k", SHORT), Err(GetError::Timeout)));
+        a.put("k", b"v").unwrap();
+        assert_eq!(b.try_get("k").unwrap().as_deref(), Some(&b"v"[..]));
+        // A get blocks until another process puts the key.
+        std::thread::scope(|s| {
+            let waiting = s.spawn(|| b.get("later", Duration::from_secs(10)));
+            std::thread::sleep(SHORT);
+            a.put("later", b"now").unwrap();
+            assert_eq!(waiting.join().unwrap().unwrap(), b"now");
+            let barrier = s.spawn(|| b.barrier("x", 1, 2, Duration::from_secs(10)));
+            a.barrier("x", 0, 2, Duration::from_secs(10)).unwrap();
+            barrier.join().unwrap().unwrap();
+        });
+        a.delete("k").unwrap();
+        assert_eq!(b.try_get("k").unwrap(), None);
+    }
+
+    #[test]
+    fn a_process_gone_without_goodbye_fails_every_wait_naming_it() {
+        let addr = service();
+        let (a, b, c) = (
+            Coordinator::connect(&addr, 0, SHORT).unwrap(),
+            Coordinator::connect(&addr, 1, SHORT).unwrap(),
+            Coordinator::connect(&addr, 2, SHORT).unwrap(),
+        );
+        // Process 2 leaves properly: no failure.
+        c.bye();
+        b.note("trained to 640 env steps");
+        drop(b);
+        match a.get_bytes(b"never", Duration::from_secs(10)) {
+            Err(GetError::Failed(why)) => {
+                assert!(
+                    why.starts_with("process 1 (on ") && why.ends_with("its last step: trained to 640 env steps"),
+                    "{why}"
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

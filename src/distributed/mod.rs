@@ -152,18 +152,26 @@ impl Session {
     /// object: the program, the flags, podc's version), naming the first difference.
     pub fn check_same(&self, settings: &Value) -> Result<(), String> {
         self.coordinator.put(&format!("settings/{}", self.rank), settings.to_string().as_bytes())?;
+        let mut verdict = Ok(());
         for r in (0..self.processes).filter(|&r| r != self.rank) {
             let theirs = self.coordinator.get(&format!("settings/{r}"), self.timeout)?;
             let theirs: Value = serde_json::from_slice(&theirs).map_err(|e| e.to_string())?;
-            if let Some(mine) = difference(settings, &theirs) {
-                return Err(format!(
+            if let (Some(mine), Ok(())) = (difference(settings, &theirs), &verdict) {
+                verdict = Err(format!(
                     "process {r} runs with {} where this process (process {}) has {mine}: every process must run the same program with the same flags",
                     difference(&theirs, settings).unwrap_or_default(),
                     self.rank
                 ));
             }
         }
-        Ok(())
+        // Every process reads every other's settings before any leaves, so that each
+        // names the difference (rather than one finding the coordinator gone).
+        self.coordinator.barrier("settings", self.rank, self.processes, self.timeout)?;
+        if verdict.is_err() {
+            // Every process refuses and says why itself.
+            self.coordinator.leaving();
+        }
+        verdict
     }
 
     /// A key for one exchange (`what/N`): every process asks for its keys in the same

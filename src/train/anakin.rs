@@ -154,12 +154,9 @@ impl<'c> Trainer<'c> {
 
     /// This trainer as process `job.rank` of a job: its devices are devices
     /// `rank * D ..` of the job's, and process 0 gathers the checkpoints.
-    pub fn in_job(mut self, job: &'static Session) -> Self {
-        let d = self.shape.devices;
-        self.state = std::mem::replace(&mut self.state, DeviceState::new(vec![], vec![]))
-            .within(job.rank * d, self.shape.total_devices());
-        self.job = Some(job);
-        self
+    pub fn in_job(self, job: &'static Session) -> Self {
+        let state = self.state.within(job.rank * self.shape.devices, self.shape.total_devices());
+        Trainer { state, job: Some(job), ..self }
     }
 
     /// Whether the train program came from the compilation cache.
