@@ -12,3 +12,4 @@ mod env_fourrooms;
 mod env_memory_chain;
 mod env_pendulum;
 mod env_wrappers;
+mod gymnax;
