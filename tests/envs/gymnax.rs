@@ -104,8 +104,9 @@ fn arg(ty: &podracer::array::ArrayTy, v: &Value) -> Array {
     podracer::io::args_from_json(&[ty], &json!([v])).unwrap_or_else(|e| panic!("{v}: {e}")).remove(0)
 }
 
+/// gymnax's `time` (an integer, or a whole float in the bandits' states).
 fn time(state: &Value) -> i32 {
-    state["time"].as_i64().expect("gymnax's state has `time`") as i32
+    state["time"].as_f64().expect("gymnax's state has `time`") as i32
 }
 
 /// Checks one fixture; panics at the first difference.
@@ -124,7 +125,7 @@ fn check_fixture(path: &Path) {
         for (how, out) in env.reset.both(&[key(&r["key"])]) {
             let at = format!("reset with key {} ({how})", r["key"]);
             check_state(&env, &at, &out[..n], &r["state"], tol);
-            check(&at, "t", &out[n], &r["state"]["time"], None, None);
+            check(&at, "t", &out[n], &json!(time(&r["state"])), None, None);
             check(&at, "observation", &out[n + 1], &r["obs"], Some(&obs_shape), tol);
         }
     }
@@ -160,7 +161,7 @@ fn check_fixture(path: &Path) {
                 let (want_state, want_obs) =
                     if done { (&st["reset_state"], &st["reset_obs"]) } else { (&st["next"], &st["obs"]) };
                 check_state(&env, &at, &out[..n], want_state, tol);
-                check(&at, "t", &out[n], &want_state["time"], None, None);
+                check(&at, "t", &out[n], &json!(time(want_state)), None, None);
                 check(&at, "observation", &out[n + 1], want_obs, Some(&obs_shape), tol);
             }
             steps += 1;
