@@ -19,6 +19,7 @@ const STDLIB: &[(&str, &str)] = &[
     ("distributions", include_str!("../stdlib/distributions.pod")),
     ("rl", include_str!("../stdlib/rl.pod")),
     ("optim", include_str!("../stdlib/optim.pod")),
+    ("replay", include_str!("../stdlib/replay.pod")),
 ];
 
 /// Which item of which module.

@@ -573,10 +573,40 @@ impl Elab<'_> {
             }
         }
         let v = self.expr(&args[2]);
-        let Ty::Array(dtype, dims) = x.ty.clone() else { return self.not_array("set", &x, args[0].span) };
-        if idx.len() != idx_exprs.len() || v.ty.is_error() {
+        if idx.len() != idx_exprs.len() || v.ty.is_error() || x.ty.is_error() {
             return Val::error();
         }
+        if super::leafwise::is_tree(&x.ty) {
+            return self.set_tree(x, &idx, v, args);
+        }
+        self.set_array(x, &idx, v, args)
+    }
+
+    /// `.set` on a batch of records (`State[B]`, a tuple of arrays): every leaf's entry at
+    /// the leading indices is replaced by the matching leaf of `v`, one record.
+    fn set_tree(&mut self, x: Val, idx: &[Val], v: Val, args: &[ast::Expr]) -> Val {
+        let Some(one) = idx.iter().try_fold(x.ty.clone(), |t, _| t.unbatched().map(|(t, _)| t)) else {
+            let expected = super::leafwise::batch_of_records(idx.len());
+            return self.err(TypeError::BadOperand { op: "set".into(), ty: x.ty.clone(), span: args[0].span, expected });
+        };
+        if v.ty != one {
+            return self.err(TypeError::Mismatch { expected: one, found: v.ty.clone(), span: args[2].span, because: None });
+        }
+        let (xs, vs) = (self.leaves(&x), self.leaves(&v));
+        let mut vars = vec![];
+        for (xl, vl) in xs.into_iter().zip(vs) {
+            let out = self.set_array(xl, idx, vl, args);
+            if out.ty.is_error() {
+                return out;
+            }
+            vars.extend(out.vars);
+        }
+        Val::of(x.ty, vars)
+    }
+
+    /// `.set` on one array (see [`Elab::set`]).
+    fn set_array(&mut self, x: Val, idx: &[Val], v: Val, args: &[ast::Expr]) -> Val {
+        let Ty::Array(dtype, dims) = x.ty.clone() else { return self.not_array("set", &x, args[0].span) };
         if idx.len() > dims.len() {
             let detail = format!("{} indices for an array of rank {}", idx.len(), dims.len());
             return self.err(TypeError::BadIndex { detail, span: args[1].span });

@@ -95,7 +95,8 @@ impl<'p> Elab<'p> {
     /// `types`, or passed where a struct takes a type. Other generics are sizes.
     pub(super) fn is_type_param(&mut self, g: &str, types: &[&ast::Type]) -> bool {
         types.iter().any(|t| match &t.kind {
-            ast::TypeKind::Array { .. } => false,
+            // `T[N]`: a batch of a type parameter.
+            ast::TypeKind::Array { dtype, .. } => dtype.name == g && DType::from_name(g).is_none(),
             ast::TypeKind::Tuple(ts) => self.is_type_param(g, &ts.iter().collect::<Vec<_>>()),
             ast::TypeKind::Named { name, args } if args.is_empty() => name.name == g,
             ast::TypeKind::Named { name, args } => {
@@ -125,6 +126,13 @@ impl<'p> Elab<'p> {
         match (&decl.kind, actual) {
             (ast::TypeKind::Named { name, args }, _) if args.is_empty() && params.iter().any(|p| **p == name.name) => {
                 out.entry(Rc::from(name.name.as_str())).or_insert_with(|| actual.clone());
+            }
+            // `T[N, ..]` against a batch: `T` is one example of it.
+            (ast::TypeKind::Array { dtype, dims }, _) if params.iter().any(|p| **p == dtype.name) => {
+                let inner = dims.iter().try_fold(actual.clone(), |t, _| t.unbatched().map(|(t, _)| t));
+                if let Some(inner) = inner {
+                    out.entry(Rc::from(dtype.name.as_str())).or_insert(inner);
+                }
             }
             (ast::TypeKind::Tuple(ds), Ty::Tuple(ts)) if ds.len() == ts.len() => {
                 for (d, t) in ds.iter().zip(ts) {

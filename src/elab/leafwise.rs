@@ -24,6 +24,12 @@ pub(super) fn is_tree(t: &Ty) -> bool {
     matches!(t, Ty::Tuple(_) | Ty::Struct(..))
 }
 
+/// What indexing with `n` indices expects, for its error.
+pub(super) fn batch_of_records(n: usize) -> String {
+    let axes = if n == 1 { "a leading axis".to_string() } else { format!("{n} leading axes") };
+    format!("an array, or a batch of records (`State[B]`) with {axes}")
+}
+
 impl Elab<'_> {
     /// The arrays of a value, in flattening order.
     pub(super) fn leaves(&self, v: &Val) -> Vec<Val> {

@@ -234,9 +234,14 @@ impl Elab<'_> {
     }
 
     /// `x[i, :, a:b]`: static ranges slice, run-time indices pick (negative ones count
-    /// from the end, as in NumPy, and out-of-range ones are clamped, as in JAX).
+    /// from the end, as in NumPy, and out-of-range ones are clamped, as in JAX). On a batch
+    /// of records (`State[B]`, a tuple of arrays) the indices apply to every leaf's leading
+    /// axes: `states[i]` is one `State`, `states[2:4]` a `State[2]`.
     pub(crate) fn index(&mut self, x: &ast::Expr, idx: &[ast::Index], span: Span) -> Val {
         let v = self.expr(x);
+        if super::leafwise::is_tree(&v.ty) {
+            return self.index_tree(v, x.span, idx, span);
+        }
         let Ty::Array(dtype, dims) = v.ty.clone() else {
             for i in idx {
                 if let ast::Index::At(e) = i {
@@ -257,13 +262,44 @@ impl Elab<'_> {
             let detail = format!("{} indices for an array of rank {}", idx.len(), dims.len());
             return self.err(TypeError::BadIndex { detail, span });
         }
-        enum Pick {
-            At(Val),
-            Range(Dim, Dim),
+        let Some(picks) = self.picks(idx, &dims) else { return Val::error() };
+        let Some(kept) = self.kept_dims(&picks, &dims, span) else { return Val::error() };
+        let mut out_dims = kept;
+        out_dims.extend(dims[picks.len()..].iter().cloned());
+        self.pick(v, &picks, Ty::Array(dtype, out_dims))
+    }
+
+    /// `x[..]` on a batch of records: each leaf indexed alike.
+    fn index_tree(&mut self, v: Val, x_span: Span, idx: &[ast::Index], span: Span) -> Val {
+        let mut one = v.ty.clone();
+        let mut lead = vec![];
+        for _ in idx {
+            let Some((inner, b)) = one.unbatched() else {
+                let expected = super::leafwise::batch_of_records(idx.len());
+                return self.err(TypeError::BadOperand { op: "[]".into(), ty: v.ty.clone(), span: x_span, expected });
+            };
+            lead.push(b);
+            one = inner;
         }
+        let Some(picks) = self.picks(idx, &lead) else { return Val::error() };
+        let Some(kept) = self.kept_dims(&picks, &lead, span) else { return Val::error() };
+        // The kept ranges batch the record again, innermost first.
+        let Some(ty) = kept.iter().rev().try_fold(one, |t, d| t.batched(d)) else { return Val::error() };
+        let mut vars = vec![];
+        for leaf in self.leaves(&v) {
+            let Ty::Array(dtype, dims) = leaf.ty.clone() else { return Val::error() };
+            let mut out_dims = kept.clone();
+            out_dims.extend(dims[picks.len()..].iter().cloned());
+            vars.extend(self.pick(leaf, &picks, Ty::Array(dtype, out_dims)).vars);
+        }
+        Val::of(ty, vars)
+    }
+
+    /// The indices of `x[..]`, checked against the dimensions they index.
+    fn picks(&mut self, idx: &[ast::Index], dims: &[Dim]) -> Option<Vec<Pick>> {
         let mut picks = vec![];
         let mut failed = false;
-        for (i, d) in idx.iter().zip(&dims) {
+        for (i, d) in idx.iter().zip(dims) {
             match i {
                 ast::Index::At(e) => {
                     let iv = self.expr(e);
@@ -308,24 +344,29 @@ impl Elab<'_> {
                 }
             }
         }
-        if failed {
-            return Val::error();
-        }
-        // Result dims: ranges keep their length, indices drop their axis, the rest stay.
+        (!failed).then_some(picks)
+    }
+
+    /// The dimensions the picks keep: ranges keep their length, indices drop their axis.
+    fn kept_dims(&mut self, picks: &[Pick], dims: &[Dim], span: Span) -> Option<Vec<Dim>> {
         let mut out_dims = vec![];
-        for (p, d) in picks.iter().zip(&dims) {
+        for (p, d) in picks.iter().zip(dims) {
             match p {
                 Pick::Range(Dim::Known(0), e) if e == d => out_dims.push(d.clone()),
                 Pick::Range(Dim::Known(a), Dim::Known(b)) => out_dims.push(Dim::Known(b - a)),
                 Pick::Range(s, e) => {
                     let what = format!("a slice `{s}..{e}` of a symbolic dimension");
-                    return self.err(TypeError::BadIndex { detail: format!("{what} needs known bounds"), span });
+                    self.err(TypeError::BadIndex { detail: format!("{what} needs known bounds"), span });
+                    return None;
                 }
                 Pick::At(_) => {}
             }
         }
-        out_dims.extend(dims[picks.len()..].iter().cloned());
-        let ty = Ty::Array(dtype, out_dims);
+        Some(out_dims)
+    }
+
+    /// Emits the picks on one array, giving a value of type `ty`.
+    fn pick(&mut self, v: Val, picks: &[Pick], ty: Ty) -> Val {
         let all: Vec<&Val> = std::iter::once(&v)
             .chain(picks.iter().filter_map(|p| if let Pick::At(i) = p { Some(i) } else { None }))
             .collect();
@@ -381,6 +422,12 @@ impl Elab<'_> {
         let plus = self.apply(Prim::Binary(Binary { op: BinaryOp::Add }), &[i, &nv]);
         self.apply(Prim::Select(Select), &[&neg, &plus, i])
     }
+}
+
+/// One index of `x[..]`: a run-time position, or a static range.
+enum Pick {
+    At(Val),
+    Range(Dim, Dim),
 }
 
 /// Makes the dtypes of two operands agree when one of them is a weak literal.

@@ -279,6 +279,14 @@ fn running_mean_std_matches_gymnasiums_batch_update() {
     against_reference("normalize", &["normalize_batches"], TOL);
 }
 
+/// std::replay against a plain model of CleanRL's replay buffer, with jax.random.randint's
+/// draws: the circular writes (wrapping twice, a batch larger than the buffer), `pos`,
+/// `size`, and uniform samples of a part-filled and of a full buffer.
+#[test]
+fn replay_buffer_matches_a_circular_model_and_jax_randint() {
+    against_reference("replay", &["replay_wraps", "replay_big_batch"], TOL);
+}
+
 #[test]
 fn returns_and_gae_match_references() {
     against_reference("rl", &["discounted_returns", "gae"], TOL);
