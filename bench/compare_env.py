@@ -4,7 +4,7 @@
 These machines are noisy, so the two are run alternately, ROUNDS times each, in one
 process, and the report gives each side's median and the ratio of the medians.
 
-    python3 bench/compare_env.py [--rounds 3] [--envs 1024] [--steps 128]
+    python3 bench/compare_env.py [--rounds 3] [--envs 1024] [--steps 128] [--only CartPole-v1,Catch-bsuite]
 
 Needs a release build of podc (`cargo build --release`) and the venv of bench/setup.sh
 (`$VENV`, default /tmp/venv-bench).
@@ -24,6 +24,26 @@ PAIRS = [
     ("examples/envs/catch.pod", "Catch-bsuite"),
     ("examples/envs/fourrooms.pod", "FourRooms-misc"),
     ("examples/envs/breakout.pod", "Breakout-MinAtar"),
+    ("examples/envs/acrobot.pod", "Acrobot-v1"),
+    ("examples/envs/mountain_car.pod", "MountainCar-v0"),
+    ("examples/envs/mountain_car_continuous.pod", "MountainCarContinuous-v0"),
+    ("examples/envs/asterix.pod", "Asterix-MinAtar"),
+    ("examples/envs/freeway.pod", "Freeway-MinAtar"),
+    ("examples/envs/seaquest.pod", "Seaquest-MinAtar"),
+    ("examples/envs/space_invaders.pod", "SpaceInvaders-MinAtar"),
+    ("examples/envs/deep_sea.pod", "DeepSea-bsuite"),
+    ("examples/envs/discounting_chain.pod", "DiscountingChain-bsuite"),
+    ("examples/envs/memory_chain.pod", "MemoryChain-bsuite"),
+    ("examples/envs/umbrella_chain.pod", "UmbrellaChain-bsuite"),
+    ("examples/envs/simple_bandit.pod", "SimpleBandit-bsuite"),
+    ("examples/envs/bernoulli_bandit.pod", "BernoulliBandit-misc"),
+    ("examples/envs/gaussian_bandit.pod", "GaussianBandit-misc"),
+    ("examples/envs/meta_maze.pod", "MetaMaze-misc"),
+    ("examples/envs/point_robot.pod", "PointRobot-misc"),
+    ("examples/envs/reacher.pod", "Reacher-misc"),
+    ("examples/envs/swimmer.pod", "Swimmer-misc"),
+    ("examples/envs/pong.pod", "Pong-misc"),
+    ("examples/envs/frozen_lake.pod", "FrozenLake-misc"),
 ]
 
 
@@ -50,13 +70,14 @@ def main():
     ap.add_argument("--steps", type=int, default=128)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--devices", type=int, default=1, help="devices for podc (the baseline uses one)")
+    ap.add_argument("--only", help="comma-separated gymnax ids (default: every pair)")
     args = ap.parse_args()
     python = os.path.join(os.environ.get("VENV", "/tmp/venv-bench"), "bin", "python")
     podc = os.path.join(ROOT, "target", "release", "podc")
     size = ["--envs", str(args.envs), "--steps", str(args.steps), "--runs", str(args.runs)]
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores; B={args.envs} T={args.steps}, "
           f"{args.rounds} interleaved rounds of median-of-{args.runs} runs")
-    for pod, gym_id in PAIRS:
+    for pod, gym_id in [p for p in PAIRS if not args.only or p[1] in args.only.split(",")]:
         ours, theirs = [], []
         for _ in range(args.rounds):
             ours.append(run_json([podc, "bench", "env", pod, *size, "--devices", str(args.devices), "--json"]))

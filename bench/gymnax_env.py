@@ -23,13 +23,21 @@ def build(env_id, num_envs, num_steps):
     import gymnax
 
     env, params = gymnax.make(env_id)
-    n_actions = env.action_space(params).n
+    space = env.action_space(params)
+
+    def random_actions(k):
+        # Discrete: randint over the actions; a box: uniform within its bounds, as
+        # `podc bench env` draws them.
+        if hasattr(space, "n"):
+            return jax.random.randint(k, (num_envs,), 0, space.n)
+        shape = (num_envs, *space.shape)
+        return jax.random.uniform(k, shape, minval=space.low, maxval=space.high).astype(space.dtype)
 
     def rollout(key, state):
         def one_step(carry, _):
             state, key, ret = carry
             key, k_act, k_step = jax.random.split(key, 3)
-            actions = jax.random.randint(k_act, (num_envs,), 0, n_actions)
+            actions = random_actions(k_act)
             step_keys = jax.random.split(k_step, num_envs)
             _, state, reward, _, _, _ = jax.vmap(env.step, in_axes=(0, 0, 0, None))(
                 step_keys, state, actions, params)

@@ -241,6 +241,47 @@ fn a_batch_of_seeds_learns_as_its_solo_runs_do() {
     assert_fails(&o, "its `seeds` is 2, this run's is null; resume with the same flags");
 }
 
+/// DQN's replay buffer lives in the learner's state: a batch of seeds, each with its own
+/// buffer, logs what each seed's solo run logs; a run resumed from a checkpoint taken
+/// mid-run (the buffer part-filled, learning under way) logs what the whole run logs,
+/// so the buffer is checkpointed; and learning starts once the buffer holds
+/// LEARNING_STARTS transitions. Small sizes by `--set`, so that a few calls cover it.
+#[test]
+fn dqn_replay_buffer_is_state_under_seeds_and_resume() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let small = ["--set", "BUFFER=48", "--set", "BATCH=8", "--set", "LEARNING_STARTS=40", "--set", "TARGET_EVERY=24"];
+    let dqn = |out: &Path, seed: &str, total: &str, extra: &[&str]| {
+        let o = podc(root, &["train", "examples/dqn.pod", "-q", "--envs", "4", "--updates-per-call", "5"])
+            .args(small)
+            .args(["--seed", seed, "--total-steps", total, "--out"])
+            .arg(out)
+            .args(extra)
+            .output()
+            .expect("podc runs");
+        assert!(o.status.success(), "{}", stderr(&o));
+        metrics_of(out)
+    };
+    let many = dqn(&dir.path().join("many"), "3", "120", &["--seeds", "2"]);
+    for seed in [3, 4] {
+        let solo = dqn(&dir.path().join(format!("solo{seed}")), &seed.to_string(), "120", &[]);
+        let mine: Vec<&metrics::Record> = many.iter().filter(|r| r["seed"] == seed).collect();
+        assert_eq!(mine.len(), solo.len());
+        for (a, b) in mine.iter().zip(&solo) {
+            assert!(close_records(a, b), "seed {seed}:\n batched {a:?}\n solo    {b:?}");
+        }
+    }
+    // 20 env steps per call: calls 1 and 2 fill the buffer (no learning: the loss is
+    // reported, the network unchanged), then it learns.
+    let half = dir.path().join("half");
+    dqn(&half, "3", "60", &[]);
+    let resumed = dqn(&dir.path().join("resumed"), "3", "120", &["--resume", half.to_str().expect("utf-8")]);
+    let whole = dqn(&dir.path().join("whole"), "3", "120", &[]);
+    assert_eq!(resumed, whole);
+    let q: Vec<f64> = whole.iter().map(|r| r["q"].as_f64().expect("q")).collect();
+    assert!(q[3] != q[4] && q[4] != q[5], "the network learns after LEARNING_STARTS: {q:?}");
+}
+
 #[test]
 fn learners_stay_identical_across_two_devices() {
     let (prog, diags) = podracer::driver::check_file(&tiny().join("tiny.pod")).expect("readable");

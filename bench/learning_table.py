@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Trains every example with the command in its file's header on seeds 0-4 and writes the
+learning table of docs/training.md (between its `learning-table` markers): the "last 5%"
+return of each seed (bench/last5.py), the bar, the env steps, the mean wall time per seed,
+and the podc commit. Results accumulate in docs/learning-runs.json, so rows can be re-run
+one at a time (`--only`); the table is rewritten from that file each time.
+
+    python3 bench/learning_table.py [--only dqn,catch_a2c] [--seeds 0,1,2,3,4] [--podc target/release/podc]
+
+Each row's command must appear, word for word, in its example's header comment (which is
+what a user runs); the script refuses to run a row whose header says otherwise.
+"""
+import argparse
+import json
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from last5 import last5  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "learning-runs.json"
+DOC = ROOT / "docs" / "training.md"
+
+# name, what, the header's command (without --seed and --out), the bar: (">=", x) or ("abs<=", x).
+ROWS = [
+    ("catch_a2c", "A2C, Catch", "train examples/catch_a2c.pod --total-steps 500000", (">=", 0.9)),
+    ("cartpole_a2c", "A2C, CartPole-v1", "train examples/cartpole_a2c.pod --total-steps 2000000", (">=", 475)),
+    ("cartpole_ppo", "PPO, CartPole-v1", "train examples/cartpole_ppo.pod --total-steps 2000000", (">=", 475)),
+    ("dqn", "DQN, CartPole-v1", "train examples/dqn.pod --envs 10 --updates-per-call 500 --total-steps 500000",
+     (">=", 475)),
+    ("cartpole_impala", "IMPALA, CartPole-v1 (Anakin)", "train examples/cartpole_impala.pod --total-steps 2000000",
+     (">=", 475)),
+    ("cartpole_impala_sebulba", "IMPALA, Gymnasium CartPole-v1 (Sebulba)",
+     "train examples/cartpole_impala.pod --env gymnasium:CartPole-v1 --total-steps 2000000", (">=", 475)),
+    ("memory_recurrent", "recurrent PPO, MemoryChain",
+     "train examples/memory_ppo.pod --agent RecurrentPPO --total-steps 1000000", (">=", 0.9)),
+    ("memory_feedforward", "the same without memory (chance: 0)",
+     "train examples/memory_ppo.pod --agent FeedForwardPPO --total-steps 1000000", ("abs<=", 0.2)),
+    ("pendulum_ppo", "PPO (continuous), Pendulum-v1", "train examples/pendulum_ppo.pod --total-steps 5000000",
+     (">=", -300)),
+    ("breakout_minatar_ppo", "PPO (conv), Breakout-MinAtar",
+     "train examples/breakout_minatar_ppo.pod --total-steps 5000000 --envs 128", (">=", 10)),
+]
+
+
+def header_commands(path):
+    """The `podc ...` commands in a file's header comment, with --seed/--out dropped."""
+    out = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("//"):
+            break
+        m = re.match(r"//\s+podc (train .*?)(\s+#.*)?$", line)
+        if m:
+            words = shlex.split(m.group(1))
+            kept, skip = [], False
+            for w in words:
+                if skip:
+                    skip = False
+                elif w in ("--seed", "--out"):
+                    skip = True
+                else:
+                    kept.append(w)
+            out.append(" ".join(kept))
+    return out
+
+
+def passes(bar, x):
+    op, v = bar
+    return x >= v if op == ">=" else abs(x) <= v
+
+
+def bar_text(bar):
+    op, v = bar
+    return f"≥ {v}" if op == ">=" else f"\\|x\\| ≤ {v}"
+
+
+def commit():
+    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
+                           text=True).stdout.strip()
+    return sha.strip() + ("+" if dirty else "")
+
+
+def run(podc, command, seed, out):
+    args = [podc, *shlex.split(command), "--seed", str(seed), "--out", str(out), "-q"]
+    t0 = time.time()
+    p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    wall = time.time() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{p.stderr}")
+    steps = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"]
+    return {"seed": seed, "last5": last5(out), "env_steps": steps, "wall_s": round(wall, 1)}
+
+
+def table(results):
+    lines = ["| run | command (`podc ...`, then `--seed S`) | bar | seeds 0-4: last 5% | all pass | env steps | "
+             "wall time per seed | commit |", "| --- | --- | --- | --- | --- | ---: | ---: | --- |"]
+    for name, what, command, bar in ROWS:
+        r = results.get(name)
+        if not r:
+            lines.append(f"| {what} | `{command}` | {bar_text(bar)} | not run | | | | |")
+            continue
+        runs = sorted(r["runs"], key=lambda x: x["seed"])
+        vals = ", ".join(f"{x['last5']:.3g}" if abs(x["last5"]) < 10 else f"{x['last5']:.1f}" for x in runs)
+        ok = "yes" if all(passes(bar, x["last5"]) for x in runs) else "**no**"
+        wall = sum(x["wall_s"] for x in runs) / len(runs)
+        lines.append(f"| {what} | `{command}` | {bar_text(bar)} | {vals} | {ok} | {runs[0]['env_steps']:,} | "
+                     f"{wall:.0f} s | {r['commit']} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", help="comma-separated row names (default: all)")
+    ap.add_argument("--seeds", default="0,1,2,3,4")
+    ap.add_argument("--podc", default=str(ROOT / "target" / "release" / "podc"))
+    ap.add_argument("--table-only", action="store_true", help="rewrite the table from the results file")
+    a = ap.parse_args()
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    names = a.only.split(",") if a.only else [r[0] for r in ROWS]
+    unknown = set(names) - {r[0] for r in ROWS}
+    if unknown:
+        ap.error(f"unknown rows {sorted(unknown)}")
+    for name, what, command, bar in [] if a.table_only else [r for r in ROWS if r[0] in names]:
+        file = ROOT / shlex.split(command)[1]
+        if command not in header_commands(file):
+            raise SystemExit(f"{file}'s header does not give `podc {command} --seed 0`: {header_commands(file)}")
+        runs = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for seed in [int(s) for s in a.seeds.split(",")]:
+                r = run(a.podc, command, seed, Path(tmp) / f"seed{seed}")
+                print(f"{name} seed {seed}: last 5% {r['last5']:.3f} ({r['wall_s']} s)", flush=True)
+                runs.append(r)
+        results[name] = {"command": command, "commit": commit(), "runs": runs}
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    text = DOC.read_text()
+    begin, end = "<!-- learning-table:begin -->", "<!-- learning-table:end -->"
+    if begin not in text:
+        raise SystemExit(f"{DOC} has no {begin} marker")
+    head, rest = text.split(begin)
+    _, tail = rest.split(end)
+    DOC.write_text(head + begin + "\n" + table(results) + "\n" + end + tail)
+    print(table(results))
+
+
+if __name__ == "__main__":
+    main()
