@@ -42,10 +42,16 @@ ROWS = [
      "train examples/memory_ppo.pod --agent RecurrentPPO --total-steps 1000000", (">=", 0.9)),
     ("memory_feedforward", "the same without memory (chance: 0)",
      "train examples/memory_ppo.pod --agent FeedForwardPPO --total-steps 1000000", ("abs<=", 0.2)),
+    ("sac", "SAC, Pendulum-v1", "train examples/sac.pod --envs 1 --updates-per-call 1000 --total-steps 100000",
+     (">=", -250)),
     ("pendulum_ppo", "PPO (continuous), Pendulum-v1", "train examples/pendulum_ppo.pod --total-steps 5000000",
      (">=", -300)),
     ("breakout_minatar_ppo", "PPO (conv), Breakout-MinAtar",
      "train examples/breakout_minatar_ppo.pod --total-steps 5000000 --envs 128", (">=", 10)),
+    ("asterix_ppo", "PPO (conv), Asterix-MinAtar (random: 0.48; gymnax-blines' PPO: 15)",
+     "train examples/minatar_ppo.pod --agent AsterixPPO --total-steps 5000000 --envs 128", (">=", 5)),
+    ("space_invaders_ppo", "PPO (conv), SpaceInvaders-MinAtar (random: 4.0; gymnax-blines' PPO: 131)",
+     "train examples/minatar_ppo.pod --agent SpaceInvadersPPO --total-steps 5000000 --envs 128", (">=", 40)),
 ]
 
 
@@ -108,6 +114,8 @@ def table(results):
             continue
         runs = sorted(r["runs"], key=lambda x: x["seed"])
         vals = ", ".join(f"{x['last5']:.3g}" if abs(x["last5"]) < 10 else f"{x['last5']:.1f}" for x in runs)
+        if [x["seed"] for x in runs] != list(range(5)):
+            vals += f" (seeds {', '.join(str(x['seed']) for x in runs)} only)"
         ok = "yes" if all(passes(bar, x["last5"]) for x in runs) else "**no**"
         wall = sum(x["wall_s"] for x in runs) / len(runs)
         lines.append(f"| {what} | `{command}` | {bar_text(bar)} | {vals} | {ok} | {runs[0]['env_steps']:,} | "
