@@ -565,6 +565,29 @@ fn every_example_checks() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// SAC (`examples/sac.pod`) compiles and learns past its random phase: the critics',
+/// policy's and temperature's updates all move (small sizes by `--set`); its learning run
+/// is in docs/training.md's seeds table.
+#[test]
+fn sac_runs_and_updates_every_part() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("sac");
+    let o = podc(Path::new(env!("CARGO_MANIFEST_DIR")), &["train", "examples/sac.pod", "--envs", "2"])
+        .args(["--set", "HIDDEN=8", "--set", "BUFFER=64", "--set", "BATCH=16", "--set", "LEARNING_STARTS=20"])
+        .args(["--updates-per-call", "10", "--total-steps", "100", "-q", "--out"])
+        .arg(&out)
+        .output()
+        .expect("podc runs");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let records = metrics_of(&out);
+    assert_eq!(records.len(), 5);
+    let series = |k: &str| records.iter().map(|r| r[k].as_f64().expect(k)).collect::<Vec<f64>>();
+    let (alpha, q) = (series("alpha"), series("q"));
+    assert_eq!(alpha[0], 1.0, "no update before LEARNING_STARTS: {alpha:?}");
+    assert!(alpha[4] < alpha[2] && q[4] != q[3], "alpha and the critics learn: {alpha:?} {q:?}");
+    assert!(records.iter().all(|r| ["loss", "actor", "entropy"].iter().all(|k| r[*k].as_f64().is_some_and(f64::is_finite))));
+}
+
 /// The convolutional example (`examples/breakout_minatar_ppo.pod`) compiles and runs an
 /// update; its learning run (5M steps) is recorded in docs/training.md.
 #[test]
