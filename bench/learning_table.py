@@ -6,6 +6,7 @@ and the podc commit. Results accumulate in docs/learning-runs.json, so rows can 
 one at a time (`--only`); the table is rewritten from that file each time.
 
     python3 bench/learning_table.py [--only dqn,catch_a2c] [--seeds 0,1,2,3,4] [--podc target/release/podc]
+    python3 bench/learning_table.py --adopt asterix_ppo:0:runs/asterix   # a run already made with the row's command
 
 Each row's command must appear, word for word, in its example's header comment (which is
 what a user runs); the script refuses to run a row whose header says otherwise.
@@ -104,6 +105,24 @@ def run(podc, command, seed, out):
     return {"seed": seed, "last5": last5(out), "env_steps": steps, "wall_s": round(wall, 1)}
 
 
+def adopt(row, seed, run_dir):
+    """The record of a run made by hand with the row's command and `--seed seed`, checked
+    against the config its checkpoint records; its wall time is the training's own."""
+    name, _, command, _ = row
+    config = json.loads((run_dir / "checkpoint.json").read_text())["meta"]["config"]
+    words = shlex.split(command)
+    flag = lambda f, default: words[words.index(f) + 1] if f in words else default
+    want = {"file": words[1], "seed": seed, "agent": flag("--agent", config.get("agent")),
+            "envs": int(flag("--envs", config.get("envs")))}
+    got = {k: config.get(k) for k in want}
+    if got != want:
+        raise SystemExit(f"{run_dir} is not a run of row {name} with seed {seed}: {got} != {want}")
+    last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+    if last["env_steps"] < int(flag("--total-steps", 0)):
+        raise SystemExit(f"{run_dir} stopped at {last['env_steps']} env steps")
+    return {"seed": seed, "last5": last5(run_dir), "env_steps": last["env_steps"], "wall_s": round(last["wall_s"], 1)}
+
+
 def table(results):
     lines = ["| run | command (`podc ...`, then `--seed S`) | bar | seeds 0-4: last 5% | all pass | env steps | "
              "wall time per seed | commit |", "| --- | --- | --- | --- | --- | ---: | ---: | --- |"]
@@ -129,8 +148,19 @@ def main():
     ap.add_argument("--seeds", default="0,1,2,3,4")
     ap.add_argument("--podc", default=str(ROOT / "target" / "release" / "podc"))
     ap.add_argument("--table-only", action="store_true", help="rewrite the table from the results file")
+    ap.add_argument("--adopt", action="append", default=[], metavar="NAME:SEED:DIR",
+                    help="record a finished run of row NAME's command with --seed SEED (repeatable)")
     a = ap.parse_args()
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    for spec in a.adopt:
+        name, seed, run_dir = spec.split(":", 2)
+        row = next(r for r in ROWS if r[0] == name)
+        entry = results.setdefault(name, {"command": row[2], "commit": commit(), "runs": []})
+        entry["runs"] = [r for r in entry["runs"] if r["seed"] != int(seed)] + [adopt(row, int(seed), Path(run_dir))]
+        entry["commit"] = commit()
+        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+    if a.adopt:
+        a.table_only = True
     names = a.only.split(",") if a.only else [r[0] for r in ROWS]
     unknown = set(names) - {r[0] for r in ROWS}
     if unknown:
