@@ -651,6 +651,20 @@ fn catch_a2c_learns_catch_in_release() {
     assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "curve.png is not a PNG");
 }
 
+/// DQN learns CartPole with the command in its header (about 20 s): the replay buffer,
+/// epsilon schedule, target network and learning-rate decay together.
+#[test]
+fn dqn_learns_cartpole_in_release() {
+    if tier::slow("a learning run") {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let args = ["examples/dqn.pod", "--envs", "10", "--updates-per-call", "500", "--total-steps", "500000", "--seed", "0"];
+    let records = release_train(&dir.path().join("dqn"), &args);
+    let ret = final_return(&records);
+    assert!(ret >= 475.0, "DQN did not learn CartPole: final mean return {ret:.1}; the curve ends\n{}", curve_tail(&records));
+}
+
 /// MemoryChain asks at the end of an episode for a bit shown at its start: the recurrent
 /// PPO agent learns to answer (the optimal return is 1), the same network with its
 /// memory wiped every step stays at chance (0).
