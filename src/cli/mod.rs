@@ -264,7 +264,8 @@ enum Bench {
 #[derive(Subcommand)]
 enum EnvCmd {
     /// Add Python packages to podc's own Python environment for host envs (binary wheels
-    /// preferred), e.g. `podc env install box2d==2.3.10` for Gymnasium's Box2D envs.
+    /// preferred), e.g. `podc env install box2d==2.3.10 pygame==2.6.1` for Gymnasium's
+    /// Box2D envs.
     Install {
         /// pip requirements: `NAME`, `NAME==VERSION`, ...
         #[arg(required = true, value_name = "PACKAGE")]

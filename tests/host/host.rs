@@ -838,9 +838,11 @@ fn podc_env_describe_ale() {
     }
 }
 
-/// `podc env install` adds packages to podc's own Python: Box2D (a binary wheel) makes
-/// Gymnasium's LunarLander work, and TensorBoard's own event reader finds every metric of
-/// a run in the event files `podc train` writes.
+/// `podc env install` adds packages to podc's own Python: Box2D (a binary wheel) and
+/// pygame (which Gymnasium's Box2D modules import when they load) make its LunarLander
+/// work, and TensorBoard's own event reader finds every metric of a run in the event
+/// files `podc train` writes. (Without pygame here, this test passed only when another
+/// test had drawn a Gymnasium env, which installs it, first.)
 #[test]
 fn env_install_adds_packages_box2d_and_tensorboard() {
     if tier::slow("pip installs into podc's Python (network)") {
@@ -853,7 +855,7 @@ fn env_install_adds_packages_box2d_and_tensorboard() {
         (String::from_utf8_lossy(&o.stdout).into_owned(), err)
     };
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let (_, err) = podc(&["env", "install", "box2d==2.3.10", "tensorboard==2.21.0"], root);
+    let (_, err) = podc(&["env", "install", "box2d==2.3.10", "pygame==2.6.1", "tensorboard==2.21.0"], root);
     let python = err.split("podc's Python is ").nth(1).expect("the Python is named").trim().to_string();
     let (out, _) = podc(&["env", "describe", "gymnasium:LunarLander-v3"], root);
     assert!(
