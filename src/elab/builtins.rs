@@ -587,10 +587,20 @@ impl Elab<'_> {
     fn set_tree(&mut self, x: Val, idx: &[Val], v: Val, args: &[ast::Expr]) -> Val {
         let Some(one) = idx.iter().try_fold(x.ty.clone(), |t, _| t.unbatched().map(|(t, _)| t)) else {
             let expected = super::leafwise::batch_of_records(idx.len());
-            return self.err(TypeError::BadOperand { op: "set".into(), ty: x.ty.clone(), span: args[0].span, expected });
+            return self.err(TypeError::BadOperand {
+                op: "set".into(),
+                ty: x.ty.clone(),
+                span: args[0].span,
+                expected,
+            });
         };
         if v.ty != one {
-            return self.err(TypeError::Mismatch { expected: one, found: v.ty.clone(), span: args[2].span, because: None });
+            return self.err(TypeError::Mismatch {
+                expected: one,
+                found: v.ty.clone(),
+                span: args[2].span,
+                because: None,
+            });
         }
         let (xs, vs) = (self.leaves(&x), self.leaves(&v));
         let mut vars = vec![];

@@ -57,13 +57,11 @@ impl Elab<'_> {
         // leaves nothing batched, to one example of it (batched along its leading axis).
         let type_params = self.fn_type_params(f);
         let mut attempt = self.vmap_batching(r, f, &vals, rest, &type_params, false);
-        if !type_params.is_empty() && matches!(&attempt, Ok((.., None, _))) {
+        if !type_params.is_empty() && matches!(&attempt, Some(Batching { batch: None, .. })) {
             attempt = self.vmap_batching(r, f, &vals, rest, &type_params, true);
         }
-        let (types, params, ret, sizes, batch, batched) = match attempt {
-            Ok(a) => a,
-            Err(e) => return e,
-        };
+        // Its errors are reported.
+        let Some(Batching { types, params, ret, sizes, batch, batched }) = attempt else { return Val::error() };
         let Some((b, _)) = batch else {
             let detail = "no argument has a batch axis";
             return self.err(TypeError::Vmap { detail: detail.into(), span });
@@ -115,9 +113,8 @@ impl Elab<'_> {
     }
 
     /// Which arguments of `vmap(f, ..)` are batched, with `f`'s type parameters bound from
-    /// the arguments as they are, or (`peel`) from one example of each: the bindings, the
-    /// signature, the sizes, the batch size and where it was found, and a flag per argument.
-    #[allow(clippy::type_complexity)]
+    /// the arguments as they are, or (`peel`) from one example of each; `None` after
+    /// reporting why they cannot be.
     fn vmap_batching(
         &mut self,
         r: ItemRef,
@@ -126,7 +123,7 @@ impl Elab<'_> {
         rest: &[ast::Expr],
         type_params: &[Rc<str>],
         peel: bool,
-    ) -> Result<(TypeSubst, Vec<Ty>, Ty, Subst, Option<(Dim, Span)>, Vec<bool>), Val> {
+    ) -> Option<Batching> {
         let mut types = TypeSubst::new();
         if !type_params.is_empty() {
             let saved = std::mem::replace(&mut self.module, r.module);
@@ -140,7 +137,8 @@ impl Elab<'_> {
             self.module = saved;
             if let Some(p) = type_params.iter().find(|p| !types.contains_key(*p)) {
                 let (param, func) = (p.to_string(), f.name.name.clone());
-                return Err(self.err(TypeError::CannotInferType { param, func, span: rest[0].span }));
+                self.err(TypeError::CannotInferType { param, func, span: rest[0].span });
+                return None;
             }
         }
         let (params, ret) = self.callee_signature(r, f, &types);
@@ -155,25 +153,42 @@ impl Elab<'_> {
                 continue;
             }
             let Some((inner, b)) = v.ty.unbatched() else {
-                return Err(self.err(TypeError::Mismatch {
+                self.err(TypeError::Mismatch {
                     expected: p.subst(&sizes),
                     found: v.ty.clone(),
                     span: a.span,
                     because: None,
-                }));
+                });
+                return None;
             };
             match &batch {
                 Some((first, _)) if *first != b => {
                     let (param, first, second) = ("batch size".to_string(), first.to_string(), b.to_string());
-                    return Err(self.err(TypeError::SizeConflict { param, first, second, span: a.span }));
+                    self.err(TypeError::SizeConflict { param, first, second, span: a.span });
+                    return None;
                 }
                 _ => batch = Some((b, a.span)),
             }
             if !self.unify(p, &inner, v.weak, &mut sizes, a.span) {
-                return Err(Val::error());
+                return None;
             }
             batched.push(true);
         }
-        Ok((types, params, ret, sizes, batch, batched))
+        Some(Batching { types, params, ret, sizes, batch, batched })
     }
+}
+
+/// How `vmap(f, ..)` batches its arguments.
+struct Batching {
+    /// `f`'s type parameters, bound.
+    types: TypeSubst,
+    /// `f`'s parameter types and result type with them.
+    params: Vec<Ty>,
+    ret: Ty,
+    /// `f`'s sizes, from the arguments (one example of each batched one).
+    sizes: Subst,
+    /// The batch size and the argument it was first found on; `None` if nothing is batched.
+    batch: Option<(Dim, Span)>,
+    /// Per argument, whether it is batched.
+    batched: Vec<bool>,
 }

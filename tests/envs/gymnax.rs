@@ -114,7 +114,8 @@ fn check_fixture(path: &Path) {
     let fx: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("readable")).expect("JSON");
     let env = Env::load(fx["pod"].as_str().expect("pod"), fx["env"].as_str().expect("env"));
     let n = env.n_state();
-    let tol = fx["tolerance"].as_object().map(|t| (t["rtol"].as_f64().expect("rtol"), t["atol"].as_f64().expect("atol")));
+    let tol =
+        fx["tolerance"].as_object().map(|t| (t["rtol"].as_f64().expect("rtol"), t["atol"].as_f64().expect("atol")));
     let obs_shape: Vec<usize> = list(&fx["obs_shape"]).iter().map(|d| d.as_u64().expect("size") as usize).collect();
     let action_ty = env.raw_step.func.ty(env.raw_step.func.graph.params[n]).clone();
     let i32_ty = podracer::array::ArrayTy { dtype: podracer::array::DType::I32, shape: vec![] };
@@ -194,5 +195,11 @@ fn gymnax_ports_match_gymnax_step_by_step() {
         .filter(|p| std::panic::catch_unwind(|| check_fixture(p)).is_err())
         .map(|p| p.file_stem().expect("a name").to_string_lossy().into_owned())
         .collect();
-    assert!(failed.is_empty(), "{} of {} gymnax ports differ from gymnax: {}", failed.len(), paths.len(), failed.join(", "));
+    assert!(
+        failed.is_empty(),
+        "{} of {} gymnax ports differ from gymnax: {}",
+        failed.len(),
+        paths.len(),
+        failed.join(", ")
+    );
 }

@@ -585,7 +585,9 @@ fn sac_runs_and_updates_every_part() {
     let (alpha, q) = (series("alpha"), series("q"));
     assert_eq!(alpha[0], 1.0, "no update before LEARNING_STARTS: {alpha:?}");
     assert!(alpha[4] < alpha[2] && q[4] != q[3], "alpha and the critics learn: {alpha:?} {q:?}");
-    assert!(records.iter().all(|r| ["loss", "actor", "entropy"].iter().all(|k| r[*k].as_f64().is_some_and(f64::is_finite))));
+    assert!(
+        records.iter().all(|r| ["loss", "actor", "entropy"].iter().all(|k| r[*k].as_f64().is_some_and(f64::is_finite)))
+    );
 }
 
 /// The convolutional example (`examples/breakout_minatar_ppo.pod`) compiles and runs an
@@ -659,10 +661,15 @@ fn dqn_learns_cartpole_in_release() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let args = ["examples/dqn.pod", "--envs", "10", "--updates-per-call", "500", "--total-steps", "500000", "--seed", "0"];
+    let args =
+        ["examples/dqn.pod", "--envs", "10", "--updates-per-call", "500", "--total-steps", "500000", "--seed", "0"];
     let records = release_train(&dir.path().join("dqn"), &args);
     let ret = final_return(&records);
-    assert!(ret >= 475.0, "DQN did not learn CartPole: final mean return {ret:.1}; the curve ends\n{}", curve_tail(&records));
+    assert!(
+        ret >= 475.0,
+        "DQN did not learn CartPole: final mean return {ret:.1}; the curve ends\n{}",
+        curve_tail(&records)
+    );
 }
 
 /// MemoryChain asks at the end of an episode for a bit shown at its start: the recurrent
