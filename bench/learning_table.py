@@ -2,8 +2,9 @@
 """Trains every example with the command in its file's header on seeds 0-4 and writes the
 learning table of docs/training.md (between its `learning-table` markers): the "last 5%"
 return of each seed (bench/last5.py), the bar, the env steps, the mean wall time per seed,
-and the podc commit. Results accumulate in docs/learning-runs.json, so rows can be re-run
-one at a time (`--only`); the table is rewritten from that file each time.
+and the podc commit of each run. Results accumulate in docs/learning-runs.json, so rows can
+be re-run one at a time (`--only`), and seeds too (`--seeds 3,4` replaces those two seeds'
+runs and keeps the others); the table is rewritten from that file each time.
 
     python3 bench/learning_table.py [--only dqn,catch_a2c] [--seeds 0,1,2,3,4] [--podc target/release/podc]
     python3 bench/learning_table.py --adopt asterix_ppo:0:runs/asterix   # a run already made with the row's command
@@ -88,10 +89,18 @@ def bar_text(bar):
 
 
 def commit():
+    """HEAD, with `+` when a tracked file other than this script's own outputs differs."""
     sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                           text=True).stdout.strip()
+    ours = [str(f.relative_to(ROOT)) for f in (RESULTS, DOC)]
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            *(f":(exclude){f}" for f in ours)], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     return sha.strip() + ("+" if dirty else "")
+
+
+def merge(entry, command, runs):
+    """The row's runs with `runs` replacing those of the same seeds; a changed command drops the rest."""
+    kept = [r for r in entry["runs"] if r["seed"] not in {x["seed"] for x in runs}] if entry.get("command") == command else []
+    return {"command": command, "runs": sorted(kept + runs, key=lambda r: r["seed"])}
 
 
 def run(podc, command, seed, out):
@@ -102,7 +111,7 @@ def run(podc, command, seed, out):
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{p.stderr}")
     steps = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"]
-    return {"seed": seed, "last5": last5(out), "env_steps": steps, "wall_s": round(wall, 1)}
+    return {"seed": seed, "last5": last5(out), "env_steps": steps, "wall_s": round(wall, 1), "commit": commit()}
 
 
 def adopt(row, seed, run_dir):
@@ -120,7 +129,8 @@ def adopt(row, seed, run_dir):
     last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     if last["env_steps"] < int(flag("--total-steps", 0)):
         raise SystemExit(f"{run_dir} stopped at {last['env_steps']} env steps")
-    return {"seed": seed, "last5": last5(run_dir), "env_steps": last["env_steps"], "wall_s": round(last["wall_s"], 1)}
+    return {"seed": seed, "last5": last5(run_dir), "env_steps": last["env_steps"], "wall_s": round(last["wall_s"], 1),
+            "commit": commit()}
 
 
 def table(results):
@@ -138,7 +148,7 @@ def table(results):
         ok = "yes" if all(passes(bar, x["last5"]) for x in runs) else "**no**"
         wall = sum(x["wall_s"] for x in runs) / len(runs)
         lines.append(f"| {what} | `{command}` | {bar_text(bar)} | {vals} | {ok} | {runs[0]['env_steps']:,} | "
-                     f"{wall:.0f} s | {r['commit']} |")
+                     f"{wall:.0f} s | {', '.join(dict.fromkeys(x['commit'] for x in runs))} |")
     return "\n".join(lines)
 
 
@@ -155,9 +165,7 @@ def main():
     for spec in a.adopt:
         name, seed, run_dir = spec.split(":", 2)
         row = next(r for r in ROWS if r[0] == name)
-        entry = results.setdefault(name, {"command": row[2], "commit": commit(), "runs": []})
-        entry["runs"] = [r for r in entry["runs"] if r["seed"] != int(seed)] + [adopt(row, int(seed), Path(run_dir))]
-        entry["commit"] = commit()
+        results[name] = merge(results.get(name, {}), row[2], [adopt(row, int(seed), Path(run_dir))])
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     if a.adopt:
         a.table_only = True
@@ -175,7 +183,7 @@ def main():
                 r = run(a.podc, command, seed, Path(tmp) / f"seed{seed}")
                 print(f"{name} seed {seed}: last 5% {r['last5']:.3f} ({r['wall_s']} s)", flush=True)
                 runs.append(r)
-        results[name] = {"command": command, "commit": commit(), "runs": runs}
+        results[name] = merge(results.get(name, {}), command, runs)
         RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     text = DOC.read_text()
     begin, end = "<!-- learning-table:begin -->", "<!-- learning-table:end -->"
