@@ -22,7 +22,7 @@
 //! (computed by the interpreter's rules). A run-time key gives IR that broadcasts scalar
 //! constants rather than holding full-size ones, so large draws stay small in the IR.
 
-use super::ops::{dims_of, known_shape};
+use super::ops::{array_ty, dims_of, known_shape};
 use super::{Elab, Val};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::prims::*;
@@ -31,7 +31,6 @@ use crate::syntax::span::Span;
 use crate::types::error::TypeError;
 use crate::types::shape;
 use crate::types::{Dim, Ty};
-use std::collections::HashMap;
 
 /// The random builtins' names, for "did you mean" suggestions.
 pub(crate) const NAMES: &[&str] =
@@ -574,39 +573,84 @@ impl Elab<'_> {
     /// The threefry2x32 hash of the counter pairs `(x0, x1)` (u32 arrays of one shape)
     /// under the key `(k0, k1)` (u32 scalars), as jax's `_threefry2x32_lowering`: five
     /// groups of four rounds, the key injected before the first and after each group.
+    ///
+    /// Unless everything is known (then it all folds), groups 2-5 are a loop of two
+    /// trips, each trip two groups: jax rolls the five groups into a five-trip loop on
+    /// CPU for the same reason. Unrolled, a draw is 80 dependent operations that XLA
+    /// fuses with their neighbours into loops LLVM's vectoriser takes minutes on (XLA
+    /// 0.11 never finishes); two groups per trip keep the rotation distances constants
+    /// and pay for half as many trips as jax's loop.
     fn threefry(&mut self, k0: &Val, k1: &Val, x0: Val, x1: Val) -> (Val, Val) {
         let parity = self.u32c(KS_PARITY);
         let k01 = self.bin(BinaryOp::Xor, k0, k1);
         let ks = [k0.clone(), k1.clone(), self.bin(BinaryOp::Xor, &k01, &parity)];
-        // The rotation distances, broadcast once each.
-        let mut distances: HashMap<u32, Val> = HashMap::new();
-        let mut distance = |cx: &mut Self, d: u32, like: &Val| {
-            distances
-                .entry(d)
-                .or_insert_with(|| {
-                    let s = cx.u32c(d);
-                    cx.splat(&s, like)
-                })
-                .clone()
-        };
-        let mut x0 = self.add_scalar(&x0, &ks[0]);
-        let mut x1 = self.add_scalar(&x1, &ks[1]);
-        for (group, rotations) in ROTATIONS.iter().cycle().take(5).enumerate() {
-            for &r in rotations {
-                x0 = self.bin(BinaryOp::Add, &x0, &x1);
-                let (left, right) = (distance(self, r, &x1), distance(self, 32 - r, &x1));
-                let hi = self.bin(BinaryOp::ShiftLeft, &x1, &left);
-                let lo = self.bin(BinaryOp::ShiftRightLogical, &x1, &right);
-                let rotated = self.bin(BinaryOp::Or, &hi, &lo);
-                x1 = self.bin(BinaryOp::Xor, &x0, &rotated);
+        let x0 = self.add_scalar(&x0, &ks[0]);
+        let x1 = self.add_scalar(&x1, &ks[1]);
+        let one = self.u32c(1);
+        let (x0, x1) = self.threefry_group(x0, x1, 0, &ks[1], &ks[2], &one);
+        // Trip `j` runs groups 2 + 2j and 3 + 2j, injecting `ks[(c + t) % 3]` for
+        // `c = 2 + 2j`: the schedule rotated by 2, then by 1. The loop reads the key
+        // words as loop constants and picks them by trip (carrying them rotated would
+        // cost XLA a copy of each every trip).
+        let rotated = |r: usize| [0, 1, 2].map(|t| ks[(r + t) % 3].clone());
+        if [&x0, &x1, &ks[2]].iter().all(|v| v.known.is_some()) {
+            let (mut x0, mut x1) = (x0, x1);
+            for trip in 0..2 {
+                let count = self.u32c(2 + 2 * trip as u32);
+                (x0, x1) = self.threefry_trip(x0, x1, &rotated(2 + 2 * trip), &count);
             }
-            // Injection `i` adds ks[i % 3] and ks[(i + 1) % 3] + i.
-            let i = group + 1;
-            x0 = self.add_scalar(&x0, &ks[i % 3]);
-            let count = self.u32c(i as u32);
-            let k = self.bin(BinaryOp::Add, &ks[(i + 1) % 3], &count);
-            x1 = self.add_scalar(&x1, &k);
+            return (x0, x1);
         }
+        let init = [x0.vars[0], x1.vars[0]];
+        let b = self.b.as_mut().expect("an unknown hash is built");
+        let i = b.fresh(ArrayTy::scalar(DType::I32));
+        b.begin_loop();
+        let carries = init.map(|v| Val::of(array_ty(b.ty(v)), vec![b.fresh(b.ty(v).clone())]));
+        let trip = Val::of(Ty::scalar(DType::I32), vec![i]);
+        let zero = self.known_val(Array::i32(vec![], vec![0]), Ty::scalar(DType::I32), false);
+        let first = self.apply(Prim::Compare(Compare { op: CmpOp::Eq }), &[&trip, &zero]);
+        let (second, first_ks) = (rotated(1), rotated(2));
+        let schedule = [0, 1, 2].map(|t| self.apply(Prim::Select(Select), &[&first, &first_ks[t], &second[t]]));
+        let trip = self.u32_bits(&trip);
+        let two = self.u32c(2);
+        let twice = self.bin(BinaryOp::Add, &trip, &trip);
+        let count = self.bin(BinaryOp::Add, &twice, &two);
+        let [x0, x1] = carries.clone();
+        let (y0, y1) = self.threefry_trip(x0, x1, &schedule, &count);
+        let mut params = vec![i];
+        params.extend(carries.iter().map(|c| c.vars[0]));
+        let b = self.b.as_mut().expect("building");
+        let outs = b.end_loop(0, 2, &init, params, vec![y0.vars[0], y1.vars[0]]);
+        let out = |j: usize| Val::of(array_ty(b.ty(outs[j])), vec![outs[j]]);
+        (out(0), out(1))
+    }
+
+    /// Two groups of threefry2x32, the first with the odd groups' rotation distances:
+    /// the injections `count` and `count + 1`, from the key schedule `ks` rotated to
+    /// injection `count`.
+    fn threefry_trip(&mut self, x0: Val, x1: Val, ks: &[Val; 3], count: &Val) -> (Val, Val) {
+        let (x0, x1) = self.threefry_group(x0, x1, 1, &ks[0], &ks[1], count);
+        let one = self.u32c(1);
+        let next = self.bin(BinaryOp::Add, count, &one);
+        self.threefry_group(x0, x1, 0, &ks[1], &ks[2], &next)
+    }
+
+    /// One group of threefry2x32: four rounds with the rotation distances `ROTATIONS[set]`,
+    /// then the key injection `x0 += ka; x1 += kb + count`.
+    fn threefry_group(&mut self, x0: Val, x1: Val, set: usize, ka: &Val, kb: &Val, count: &Val) -> (Val, Val) {
+        let (mut x0, mut x1) = (x0, x1);
+        for r in ROTATIONS[set] {
+            x0 = self.bin(BinaryOp::Add, &x0, &x1);
+            let (left, right) = (self.u32c(r), self.u32c(32 - r));
+            let (left, right) = (self.splat(&left, &x1), self.splat(&right, &x1));
+            let hi = self.bin(BinaryOp::ShiftLeft, &x1, &left);
+            let lo = self.bin(BinaryOp::ShiftRightLogical, &x1, &right);
+            let rotated = self.bin(BinaryOp::Or, &hi, &lo);
+            x1 = self.bin(BinaryOp::Xor, &x0, &rotated);
+        }
+        let x0 = self.add_scalar(&x0, ka);
+        let k = self.bin(BinaryOp::Add, kb, count);
+        let x1 = self.add_scalar(&x1, &k);
         (x0, x1)
     }
 
