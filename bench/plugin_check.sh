@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every example's training program, compiled afresh and trained for a few calls on a given
-# PJRT CPU plugin: one line per program with its compile time and env steps per second,
-# failing when a program errors or takes longer than LIMIT seconds to compile. This is
+# PJRT CPU plugin, then every env's random-action rollout (`podc bench env`): one line per
+# program with its compile time and env steps per second, failing when a program errors
+# or takes longer than LIMIT seconds to compile. This is
 # the check for a new XLA (issue 24: `lammps-jax-pjrt-cpu` 0.11.2's plugin):
 #
 #     bash bench/plugin_check.sh PLUGIN.so [--podc target/release/podc] [--limit 30]
@@ -28,8 +29,6 @@ PROGRAMS=(
     "examples/cartpole_a2c.pod"
     "examples/cartpole_ppo.pod"
     "examples/cartpole_impala.pod"
-    "examples/cartpole_normalized.pod --agent PPO"
-    "examples/cartpole_stacked.pod --agent PPO"
     "examples/dqn.pod"
     "examples/sac.pod"
     "examples/pendulum_ppo.pod"
@@ -43,10 +42,11 @@ PROGRAMS=(
     "examples/ppo_continuous.pod --env gymnasium:Pendulum-v1"
 )
 failed=0
-for p in "${PROGRAMS[@]}"; do
+check() {
+    local p=$1 log rc compile rate
+    shift
     # shellcheck disable=SC2086
-    log=$(timeout 300 "$PODC" bench train $p --envs 16 --updates-per-call 1 --runs 2 --no-cache --json \
-        --plugin "$PLUGIN" 2>&1)
+    log=$(timeout 300 "$PODC" bench "$@" $p --envs 16 --runs 2 --no-cache --json --plugin "$PLUGIN" 2>&1)
     rc=$?
     read -r compile rate < <(python3 -c 'import json, sys
 for line in sys.stdin:
@@ -59,5 +59,11 @@ for line in sys.stdin:
     else
         printf 'ok    %-58s compile %6.2f s  %9d env steps/s\n' "$p" "$compile" "$rate"
     fi
+}
+for p in "${PROGRAMS[@]}"; do
+    check "$p" train --updates-per-call 1
+done
+for p in examples/envs/*.pod examples/cartpole_normalized.pod examples/cartpole_stacked.pod; do
+    check "$p" env
 done
 exit $failed
