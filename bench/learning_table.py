@@ -177,14 +177,13 @@ def main():
         file = ROOT / shlex.split(command)[1]
         if command not in header_commands(file):
             raise SystemExit(f"{file}'s header does not give `podc {command} --seed 0`: {header_commands(file)}")
-        runs = []
         with tempfile.TemporaryDirectory() as tmp:
             for seed in [int(s) for s in a.seeds.split(",")]:
                 r = run(a.podc, command, seed, Path(tmp) / f"seed{seed}")
                 print(f"{name} seed {seed}: last 5% {r['last5']:.3f} ({r['wall_s']} s)", flush=True)
-                runs.append(r)
-        results[name] = merge(results.get(name, {}), command, runs)
-        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+                # Each seed is kept as it finishes: a stopped row loses only the run under way.
+                results[name] = merge(results.get(name, {}), command, [r])
+                RESULTS.write_text(json.dumps(results, indent=1) + "\n")
     text = DOC.read_text()
     begin, end = "<!-- learning-table:begin -->", "<!-- learning-table:end -->"
     if begin not in text:
