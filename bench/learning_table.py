@@ -29,7 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "learning-runs.json"
 DOC = ROOT / "docs" / "training.md"
 
-# name, what, the header's command (without --seed and --out), the bar: (">=", x) or ("abs<=", x).
+# name, what, the header's command (without --seed and --out), the bar: (">=", x), ("abs<=", x),
+# or ("runs", None) for a command whose header says it runs without learning.
 ROWS = [
     ("catch_a2c", "A2C, Catch", "train examples/catch_a2c.pod --total-steps 500000", (">=", 0.9)),
     ("cartpole_a2c", "A2C, CartPole-v1", "train examples/cartpole_a2c.pod --total-steps 2000000", (">=", 475)),
@@ -54,7 +55,29 @@ ROWS = [
      "train examples/minatar_ppo.pod --agent AsterixPPO --total-steps 5000000 --envs 128", (">=", 5)),
     ("space_invaders_ppo", "PPO (conv), SpaceInvaders-MinAtar (random: 4.0; gymnax-blines' PPO: 131)",
      "train examples/minatar_ppo.pod --agent SpaceInvadersPPO --total-steps 5000000 --envs 128", (">=", 40)),
+    # One agent for any env, on host envs (Sebulba); the MountainCars show that it runs, not that it learns.
+    ("ppo_acrobot", "PPO for any env, Gymnasium Acrobot-v1",
+     "train examples/ppo.pod --env gymnasium:Acrobot-v1 --total-steps 1000000", (">=", -100)),
+    ("ppo_cartpole_gym", "PPO for any env, Gymnasium CartPole-v1",
+     "train examples/ppo.pod --env gymnasium:CartPole-v1 --total-steps 2000000", (">=", 475)),
+    ("ppo_lunarlander", "PPO for any env, Gymnasium LunarLander-v3",
+     "train examples/ppo.pod --env gymnasium:LunarLander-v3 --total-steps 3000000", (">=", 100)),
+    ("ppo_cartpole_pod", "PPO for any env, the .pod CartPole",
+     "train examples/ppo.pod --env pod:examples/envs/cartpole.pod --total-steps 2000000", (">=", 475)),
+    ("ppo_mountaincar", "PPO for any env, Gymnasium MountainCar-v0 (not solved: no exploration bonus)",
+     "train examples/ppo.pod --env gymnasium:MountainCar-v0 --total-steps 1000000", ("runs", None)),
+    ("ppoc_pendulum", "continuous PPO for any env, Gymnasium Pendulum-v1",
+     "train examples/ppo_continuous.pod --env gymnasium:Pendulum-v1 --total-steps 2000000", (">=", -250)),
+    ("ppoc_lunarlander", "continuous PPO for any env, Gymnasium LunarLanderContinuous-v3",
+     "train examples/ppo_continuous.pod --env gymnasium:LunarLanderContinuous-v3 --total-steps 3000000", (">=", 0)),
+    ("ppoc_mountaincar", "continuous PPO for any env, Gymnasium MountainCarContinuous-v0 (not solved)",
+     "train examples/ppo_continuous.pod --env gymnasium:MountainCarContinuous-v0 --total-steps 1000000",
+     ("runs", None)),
 ]
+
+# What a row's env needs in podc's own Python beyond Gymnasium (docs/sebulba.md), installed
+# before the first row whose command names it.
+SETUP = {"LunarLander": ["env", "install", "box2d==2.3.10", "pygame==2.6.1"]}
 
 
 def header_commands(path):
@@ -80,12 +103,12 @@ def header_commands(path):
 
 def passes(bar, x):
     op, v = bar
-    return x >= v if op == ">=" else abs(x) <= v
+    return op == "runs" or (x >= v if op == ">=" else abs(x) <= v)
 
 
 def bar_text(bar):
     op, v = bar
-    return f"≥ {v}" if op == ">=" else f"\\|x\\| ≤ {v}"
+    return {">=": f"≥ {v}", "abs<=": f"\\|x\\| ≤ {v}", "runs": "none: it runs"}[op]
 
 
 def commit():
@@ -177,6 +200,9 @@ def main():
         file = ROOT / shlex.split(command)[1]
         if command not in header_commands(file):
             raise SystemExit(f"{file}'s header does not give `podc {command} --seed 0`: {header_commands(file)}")
+        for needle, args in SETUP.items():
+            if needle in command:
+                subprocess.run([a.podc, *args], cwd=ROOT, check=True)
         with tempfile.TemporaryDirectory() as tmp:
             for seed in [int(s) for s in a.seeds.split(",")]:
                 r = run(a.podc, command, seed, Path(tmp) / f"seed{seed}")
