@@ -30,7 +30,7 @@ use crate::overrides::Override;
 use crate::prims::{Binary, BinaryOp, CmpOp, Compare, Prim};
 use crate::resolve::{ItemRef, Program};
 use crate::space::ActionSpace;
-use crate::syntax::ast::{self, EnvSpec};
+use crate::syntax::ast::{self, EnvSpec, ExprKind, TypeKind};
 use crate::syntax::span::Span;
 use crate::types::error::TypeError;
 use crate::types::{Dim, Ty};
@@ -122,11 +122,26 @@ impl Elab<'_> {
                 ("observation", EnvSpec::Type(t)) => observation = Some(self.resolve_ty(t)),
                 ("action", EnvSpec::Space { kind, args, span }) => action = self.action_space(kind, args, *span),
                 ("time_limit", EnvSpec::Int(n, _)) if *n > 0 => time_limit = Some(*n),
+                ("time_limit", EnvSpec::Type(ast::Type { kind: TypeKind::Named { name, args }, span }))
+                    if args.is_empty() =>
+                {
+                    // A member's bare name parses as a type; here it names a const.
+                    let e = ast::Expr { kind: ExprKind::Name(name.clone()), span: *span };
+                    match self.static_dim(&e, "a time limit") {
+                        Some(Dim::Known(n)) if n > 0 => time_limit = Some(n),
+                        Some(_) => {
+                            self.err(TypeError::EnvMember {
+                                detail: "`time_limit` needs N ≥ 1".into(), span: m.span
+                            });
+                        }
+                        None => {}
+                    }
+                }
                 (name @ ("observation" | "action" | "time_limit"), _) => {
                     let detail = match name {
                         "observation" => "`observation` is a type, e.g. `f32[4]`",
                         "action" => "`action` is a space, e.g. `discrete(3)` or `box(2)`",
-                        _ => "`time_limit` is a number of steps, e.g. `500`",
+                        _ => "`time_limit` is a number of steps, e.g. `500` or a const",
                     };
                     self.err(TypeError::EnvMember { detail: detail.into(), span: m.span });
                 }

@@ -11,5 +11,6 @@ mod env_catch;
 mod env_fourrooms;
 mod env_memory_chain;
 mod env_pendulum;
+mod env_time_limit;
 mod env_wrappers;
 mod gymnax;
