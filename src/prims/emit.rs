@@ -205,16 +205,28 @@ pub fn f32_literal(x: f32) -> String {
 }
 
 /// The `dense<...>` attribute of an array: a splat when every element is the same,
-/// otherwise nested lists following the shape.
+/// otherwise nested lists following the shape. A splat is found on the values (f32 by
+/// their bits, as their literals tell them apart) so that a large one formats one literal.
 pub fn dense(a: &Array) -> String {
-    let elems: Vec<String> = match &a.data {
-        Data::F32(v) => v.iter().map(|&x| f32_literal(x)).collect(),
-        Data::I32(v) => v.iter().map(|x| x.to_string()).collect(),
-        Data::U32(v) => v.iter().map(|x| x.to_string()).collect(),
-        Data::U8(v) => v.iter().map(|x| x.to_string()).collect(),
-        Data::Bool(v) => v.iter().map(|x| x.to_string()).collect(),
+    fn uniform<T, K: PartialEq>(v: &[T], key: impl Fn(&T) -> K) -> bool {
+        v.first().is_some_and(|x| v.iter().all(|y| key(y) == key(x)))
+    }
+    let splat = match &a.data {
+        Data::F32(v) => uniform(v, |x| x.to_bits()),
+        Data::I32(v) => uniform(v, |&x| x),
+        Data::U32(v) => uniform(v, |&x| x),
+        Data::U8(v) => uniform(v, |&x| x),
+        Data::Bool(v) => uniform(v, |&x| x),
     };
-    if !elems.is_empty() && elems.iter().all(|e| *e == elems[0]) {
+    let n = if splat { 1 } else { a.data.len() };
+    let elems: Vec<String> = match &a.data {
+        Data::F32(v) => v[..n].iter().map(|&x| f32_literal(x)).collect(),
+        Data::I32(v) => v[..n].iter().map(|x| x.to_string()).collect(),
+        Data::U32(v) => v[..n].iter().map(|x| x.to_string()).collect(),
+        Data::U8(v) => v[..n].iter().map(|x| x.to_string()).collect(),
+        Data::Bool(v) => v[..n].iter().map(|x| x.to_string()).collect(),
+    };
+    if splat {
         return format!("dense<{}>", elems[0]);
     }
     fn nest(elems: &[String], shape: &[usize]) -> String {

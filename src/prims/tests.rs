@@ -350,6 +350,9 @@ fn dense_attributes() {
     assert_eq!(dense(&b(&[3], &[true, false, true])), "dense<[true, false, true]>");
     assert_eq!(dense(&f(&[2], &[f32::NAN, -0.0])), "dense<[0x7FC00000, -0.0e0]>");
     assert_eq!(dense(&f(&[0], &[])), "dense<[]>");
+    // A splat is equal values, and 0.0 and -0.0 are not.
+    assert_eq!(dense(&f(&[2], &[0.0, -0.0])), "dense<[0.0e0, -0.0e0]>");
+    assert_eq!(dense(&i(&[3], &[7, 7, 7])), "dense<7>");
 }
 
 // ---------------------------------------------------------------------------------------
