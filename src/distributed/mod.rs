@@ -164,14 +164,15 @@ impl Session {
                 ));
             }
         }
-        // Every process reads every other's settings before any leaves, so that each
-        // names the difference (rather than one finding the coordinator gone).
-        self.coordinator.barrier("settings", self.rank, self.processes, self.timeout)?;
+        // Where the settings differ, every process finds a difference and refuses, saying
+        // why itself. Each reads every other's settings before any leaves (the barrier);
+        // past that, process 0 may leave first, so losing the coordinator is no failure
+        // from before the barrier on.
         if verdict.is_err() {
-            // Every process refuses and says why itself.
             self.coordinator.leaving();
         }
-        verdict
+        let barrier = self.coordinator.barrier("settings", self.rank, self.processes, self.timeout);
+        verdict.and(barrier)
     }
 
     /// A key for one exchange (`what/N`): every process asks for its keys in the same
