@@ -57,9 +57,12 @@ def mlp(params, x):
 
 
 def act(params, obs, key):
+    """The next key, and an action and its log-probability per env: one dispatch a step,
+    the key split inside as Cleanba's `get_action` does."""
+    key, k = jax.random.split(key)
     logits = mlp(params["actor"], obs)
-    a = jax.random.categorical(key, logits)
-    return a, jax.nn.log_softmax(logits)[jnp.arange(a.shape[0]), a]
+    a = jax.random.categorical(k, logits)
+    return key, a, jax.nn.log_softmax(logits)[jnp.arange(a.shape[0]), a]
 
 
 def log_probs(params, obs, a):
@@ -162,11 +165,10 @@ def actor(i, args, params_q, rollout_q, params, stop, idle):
         buf = [np.zeros((t_len, n, 4), np.float32), np.zeros((t_len, n), np.int32), np.zeros((t_len, n), np.float32),
                np.zeros((t_len, n), np.float32), np.zeros((t_len, n), np.float32)]
         for t in range(t_len):
-            key, k = jax.random.split(key)
-            a, lp = act_fn(params, obs, k)
-            a = np.asarray(a)
+            key, a, lp = act_fn(params, obs, key)
+            a, lp = jax.device_get((a, lp))
             envs.send(a)
-            buf[0][t], buf[1][t], buf[2][t] = obs, a, np.asarray(lp)
+            buf[0][t], buf[1][t], buf[2][t] = obs, a, lp
             obs, reward, term, trunc, _ = envs.recv()
             buf[3][t], buf[4][t] = reward, np.logical_or(term, trunc)
         t0 = time.perf_counter()
