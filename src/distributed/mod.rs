@@ -165,9 +165,9 @@ impl Session {
             }
         }
         // Where the settings differ, every process finds a difference and refuses, saying
-        // why itself. Each reads every other's settings before any leaves (the barrier);
-        // past that, process 0 may leave first, so losing the coordinator is no failure
-        // from before the barrier on.
+        // why itself. The barrier makes each read every other's settings before any
+        // leaves; once it is passed, process 0 may leave first, so a refusing process
+        // stops watching the coordinator before it enters the barrier.
         if verdict.is_err() {
             self.coordinator.leaving();
         }
