@@ -99,7 +99,14 @@ impl Elab<'_> {
             ExprKind::Name(id) => self.name(id),
             ExprKind::Array(elems) => self.array_lit(elems, e.span),
             ExprKind::Tuple(elems) => {
-                let vals: Vec<Val> = elems.iter().map(|x| self.expr(x)).collect();
+                // Each element takes its part of an expected tuple type (for a size that
+                // only a result fixes, as in `let (a, b): (f32[2], f32[3]) = (f(), g());`).
+                let parts = match expected {
+                    Some(Ty::Tuple(ts)) if ts.len() == elems.len() => Some(ts),
+                    _ => None,
+                };
+                let vals: Vec<Val> =
+                    elems.iter().enumerate().map(|(i, x)| self.expr_with(x, parts.map(|ts| &ts[i]))).collect();
                 let ty = Ty::Tuple(vals.iter().map(|v| v.ty.clone()).collect());
                 Val::of(ty, vals.into_iter().flat_map(|v| v.vars).collect())
             }
