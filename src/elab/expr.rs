@@ -110,7 +110,7 @@ impl Elab<'_> {
                 let ty = Ty::Tuple(vals.iter().map(|v| v.ty.clone()).collect());
                 Val::of(ty, vals.into_iter().flat_map(|v| v.vars).collect())
             }
-            ExprKind::Struct { name, fields } => self.struct_lit(name, fields, e.span),
+            ExprKind::Struct { name, fields } => self.struct_lit(name, fields, e.span, expected),
             ExprKind::Field(recv, field) => {
                 let v = self.expr(recv);
                 self.field(v, field)
@@ -259,18 +259,31 @@ impl Elab<'_> {
         Val { ty, vars, weak, known: None }
     }
 
-    pub(super) fn struct_lit(&mut self, name: &ast::Ident, fields: &[(ast::Ident, ast::Expr)], span: Span) -> Val {
+    pub(super) fn struct_lit(
+        &mut self,
+        name: &ast::Ident,
+        fields: &[(ast::Ident, ast::Expr)],
+        span: Span,
+        expected: Option<&Ty>,
+    ) -> Val {
         let item = self.prog.modules[self.module].scope.get(&name.name).copied();
-        // A struct without generics gives each field its expected type (for a size that
-        // only a result fixes, as in `Params { layer: dense_init(key) }`).
+        // Each field gets its expected type (for a size that only a result fixes, as in
+        // `Params { layer: dense_init(key) }`): from the declaration of a struct without
+        // generics, else from an expected type of this struct.
         let known = match item.map(|r| (r, self.prog.item(r))) {
-            Some((r, ast::Item::Struct(s))) if s.generics.is_empty() => Some(self.struct_def(r, s, &[])),
+            Some((r, ast::Item::Struct(s))) if s.generics.is_empty() => Some(self.struct_def(r, s, &[]).fields.clone()),
+            Some((r, ast::Item::Struct(_))) => match expected {
+                Some(Ty::Struct(def, args)) if matches!(&def.origin, Origin::Item(o, _) if *o == r) => {
+                    Some(Ty::struct_fields(def, args))
+                }
+                _ => None,
+            },
             _ => None,
         };
         let vals: Vec<Val> = fields
             .iter()
             .map(|(f, x)| {
-                let expected = known.as_ref().and_then(|d| d.fields.iter().find(|(n, _)| *n == f.name)).map(|(_, t)| t);
+                let expected = known.as_ref().and_then(|fs| fs.iter().find(|(n, _)| *n == f.name)).map(|(_, t)| t);
                 self.expr_with(x, expected)
             })
             .collect();
