@@ -208,23 +208,17 @@ pub fn f32_literal(x: f32) -> String {
 /// otherwise nested lists following the shape. A splat is found on the values (f32 by
 /// their bits, as their literals tell them apart) so that a large one formats one literal.
 pub fn dense(a: &Array) -> String {
-    fn uniform<T, K: PartialEq>(v: &[T], key: impl Fn(&T) -> K) -> bool {
-        v.first().is_some_and(|x| v.iter().all(|y| key(y) == key(x)))
+    /// Whether `v` is a splat, and the literals to write: its first element's if so.
+    fn literals<T>(v: &[T], same: impl Fn(&T, &T) -> bool, lit: impl Fn(&T) -> String) -> (bool, Vec<String>) {
+        let splat = v.first().is_some_and(|x| v.iter().all(|y| same(x, y)));
+        (splat, v[..if splat { 1 } else { v.len() }].iter().map(lit).collect())
     }
-    let splat = match &a.data {
-        Data::F32(v) => uniform(v, |x| x.to_bits()),
-        Data::I32(v) => uniform(v, |&x| x),
-        Data::U32(v) => uniform(v, |&x| x),
-        Data::U8(v) => uniform(v, |&x| x),
-        Data::Bool(v) => uniform(v, |&x| x),
-    };
-    let n = if splat { 1 } else { a.data.len() };
-    let elems: Vec<String> = match &a.data {
-        Data::F32(v) => v[..n].iter().map(|&x| f32_literal(x)).collect(),
-        Data::I32(v) => v[..n].iter().map(|x| x.to_string()).collect(),
-        Data::U32(v) => v[..n].iter().map(|x| x.to_string()).collect(),
-        Data::U8(v) => v[..n].iter().map(|x| x.to_string()).collect(),
-        Data::Bool(v) => v[..n].iter().map(|x| x.to_string()).collect(),
+    let (splat, elems) = match &a.data {
+        Data::F32(v) => literals(v, |x, y| x.to_bits() == y.to_bits(), |&x| f32_literal(x)),
+        Data::I32(v) => literals(v, PartialEq::eq, ToString::to_string),
+        Data::U32(v) => literals(v, PartialEq::eq, ToString::to_string),
+        Data::U8(v) => literals(v, PartialEq::eq, ToString::to_string),
+        Data::Bool(v) => literals(v, PartialEq::eq, ToString::to_string),
     };
     if splat {
         return format!("dense<{}>", elems[0]);
