@@ -185,6 +185,7 @@ pub fn trajectory_def(key: &Ty) -> Rc<StructDef> {
         generics: vec!["T".into(), "B".into()],
         fields,
         origin: Origin::Builtin(TRAJECTORY, key.clone()),
+        written: vec![],
     })
 }
 

@@ -29,16 +29,26 @@ impl<'p> Elab<'p> {
     }
 
     /// A struct's definition; for a struct with type parameters, its instance for
-    /// `type_args` (one per type parameter, in order).
-    pub(super) fn struct_def(&mut self, r: ItemRef, s: &ast::Struct, type_args: &[Ty]) -> Rc<StructDef> {
+    /// `type_args` (one per type parameter, in order), and the sizes taken out of those,
+    /// which follow the struct's own sizes among its arguments ([`Ty::abstract_sizes`]).
+    pub(super) fn struct_def(&mut self, r: ItemRef, s: &ast::Struct, type_args: &[Ty]) -> (Rc<StructDef>, Vec<Dim>) {
         let kinds = self.struct_kinds(r);
         let generic = kinds.iter().any(|&k| k);
         if let Some(d) = self.structs.get(&r).filter(|_| !generic) {
-            return d.clone();
+            return (d.clone(), vec![]);
         }
-        if let Some((_, _, d)) = self.instances.iter().find(|(i, a, _)| *i == r && a == type_args) {
-            return d.clone();
+        let (type_args, taken) = Ty::abstract_sizes(type_args);
+        if let Some((_, _, d)) = self.instances.iter().find(|(i, a, _)| *i == r && *a == type_args) {
+            return (d.clone(), taken);
         }
+        let (mut types, mut sizes) = (type_args.iter(), 0..);
+        let written = kinds
+            .iter()
+            .map(|&k| match k {
+                true => Written::Type(types.next().cloned().unwrap_or(Ty::Error)),
+                false => Written::Size(sizes.next().unwrap_or_default()),
+            })
+            .collect();
         let (type_params, size_params): (Vec<_>, Vec<_>) = s.generics.iter().zip(&kinds).partition(|(_, k)| **k);
         let size_params: Vec<Rc<str>> = size_params.into_iter().map(|(g, _)| Rc::from(g.name.as_str())).collect();
         let types = type_params.iter().map(|(g, _)| Rc::from(g.name.as_str())).zip(type_args.iter().cloned());
@@ -62,17 +72,14 @@ impl<'p> Elab<'p> {
             fields.push((n.name.clone(), ty));
         }
         (self.module, self.sizes, self.types) = saved;
-        let name = match generic {
-            false => s.name.name.clone(),
-            true => format!("{}<{}>", s.name.name, crate::types::join(type_args)),
-        };
-        let origin = Origin::Item(r, type_args.to_vec());
-        let def = Rc::new(StructDef { name, generics: size_params, fields, origin });
+        let generics = size_params.into_iter().chain((0..taken.len()).map(|k| Rc::from(format!("#{k}")))).collect();
+        let origin = Origin::Item(r, type_args.clone());
+        let def = Rc::new(StructDef { name: s.name.name.clone(), generics, fields, origin, written });
         match generic {
             false => drop(self.structs.insert(r, def.clone())),
-            true => self.instances.push((r, type_args.to_vec(), def.clone())),
+            true => self.instances.push((r, type_args, def.clone())),
         }
-        def
+        (def, taken)
     }
 
     /// Which generics of a struct are type parameters (see [`Elab::is_type_param`]).
@@ -102,7 +109,13 @@ impl<'p> Elab<'p> {
             ast::TypeKind::Named { name, args } => {
                 let Some(r) = self.struct_ref(&name.name) else { return false };
                 let kinds = self.struct_kinds(r);
-                args.iter().zip(kinds).any(|(a, k)| k && matches!(a, ast::DimExpr::Name(id) if id.name == g))
+                args.iter().zip(kinds).any(|(a, k)| {
+                    k && match a {
+                        ast::TypeArg::Dim(ast::DimExpr::Name(id)) => id.name == g,
+                        ast::TypeArg::Dim(_) => false,
+                        ast::TypeArg::Type(t) => self.is_type_param(g, &[t]),
+                    }
+                })
             }
         })
     }
@@ -139,18 +152,23 @@ impl<'p> Elab<'p> {
                     self.bind_types(d, t, params, out);
                 }
             }
-            (ast::TypeKind::Named { name, args }, Ty::Struct(def, _)) => {
+            (ast::TypeKind::Named { name, args }, Ty::Struct(def, sizes)) => {
                 let Origin::Item(r, type_args) = &def.origin else { return };
                 if self.struct_ref(&name.name) != Some(*r) {
                     return;
                 }
                 let kinds = self.struct_kinds(*r);
+                let sizes: Subst = def.generics.iter().cloned().zip(sizes.iter().cloned()).collect();
                 let written = args.iter().zip(kinds).filter(|(_, k)| *k).map(|(a, _)| a);
                 for (a, t) in written.zip(type_args) {
-                    if let ast::DimExpr::Name(id) = a {
-                        let d =
-                            ast::Type { kind: ast::TypeKind::Named { name: id.clone(), args: vec![] }, span: id.span };
-                        self.bind_types(&d, t, params, out);
+                    let t = t.subst(&sizes);
+                    match a {
+                        ast::TypeArg::Dim(ast::DimExpr::Name(id)) => {
+                            let named = ast::TypeKind::Named { name: id.clone(), args: vec![] };
+                            self.bind_types(&ast::Type { kind: named, span: id.span }, &t, params, out);
+                        }
+                        ast::TypeArg::Type(d) => self.bind_types(d, &t, params, out),
+                        ast::TypeArg::Dim(_) => {}
                     }
                 }
             }
@@ -168,7 +186,7 @@ impl<'p> Elab<'p> {
             ("truncated".to_string(), Ty::scalar(DType::Bool)),
         ];
         let origin = Origin::Builtin(STEP, state);
-        Rc::new(StructDef { name, generics: vec![], fields, origin })
+        Rc::new(StructDef { name, generics: vec![], fields, origin, written: vec![] })
     }
 
     /// A const's value, evaluated once; consts must be compile-time scalars.
@@ -271,11 +289,12 @@ impl<'p> Elab<'p> {
                         self.err(TypeError::Arity { what, expected: 2, found, span: t.span, decl: None });
                         return Ty::Error;
                     }
-                    let dims: Option<Vec<Dim>> = args.iter().map(|x| self.resolve_dim(x)).collect();
+                    let what = format!("`{}`", super::agent::TRAJECTORY);
+                    let dims: Option<Vec<Dim>> = args.iter().map(|x| self.size_arg(x, &what)).collect();
                     return dims.map(|dims| Ty::Struct(def, dims)).unwrap_or(Ty::Error);
                 }
-                if let (None, STEP, [ast::DimExpr::Name(state)]) = (item, name.name.as_str(), &args[..]) {
-                    let state = self.type_arg(state);
+                if let (None, STEP, [state]) = (item, name.name.as_str(), &args[..]) {
+                    let state = self.type_arg(state, &format!("`{STEP}`"));
                     return if state.is_error() { state } else { Ty::Struct(self.step_def(state), vec![]) };
                 }
                 let Some(r) = item.filter(|r| matches!(self.prog.item(*r), ast::Item::Struct(_))) else {
@@ -296,17 +315,14 @@ impl<'p> Elab<'p> {
                     return Ty::Error;
                 }
                 let kinds = self.struct_kinds(r);
+                let what = format!("struct `{}`", s.name.name);
                 let mut type_args = vec![];
                 let mut dims = Some(vec![]);
                 for (a, is_type) in args.iter().zip(kinds) {
-                    match (a, is_type) {
-                        (ast::DimExpr::Name(id), true) => type_args.push(self.type_arg(id)),
-                        (_, true) => {
-                            let what = format!("struct `{}`", s.name.name);
-                            type_args.push(self.err(TypeError::ExpectedType { what, span: a.span() }).ty);
-                        }
-                        (_, false) => {
-                            let d = self.resolve_dim(a);
+                    match is_type {
+                        true => type_args.push(self.type_arg(a, &what)),
+                        false => {
+                            let d = self.size_arg(a, &what);
                             dims = dims.zip(d).map(|(mut ds, d)| {
                                 ds.push(d);
                                 ds
@@ -317,19 +333,31 @@ impl<'p> Elab<'p> {
                 if type_args.iter().any(Ty::is_error) {
                     return Ty::Error;
                 }
-                let def = self.struct_def(r, s, &type_args);
-                dims.map(|dims| Ty::Struct(def, dims)).unwrap_or(Ty::Error)
+                let (def, taken) = self.struct_def(r, s, &type_args);
+                dims.map(|dims| Ty::Struct(def, dims.into_iter().chain(taken).collect())).unwrap_or(Ty::Error)
             }
         }
     }
 
-    /// A type written as a struct's type argument: a dtype, a struct or a type parameter.
-    fn type_arg(&mut self, id: &ast::Ident) -> Ty {
-        let kind = match DType::from_name(&id.name) {
-            Some(_) => ast::TypeKind::Array { dtype: id.clone(), dims: vec![] },
-            None => ast::TypeKind::Named { name: id.clone(), args: vec![] },
-        };
-        self.resolve_ty(&ast::Type { kind, span: id.span })
+    /// A type argument of `what`: a bare name (a dtype, a struct or a type parameter) or a
+    /// written type.
+    fn type_arg(&mut self, a: &ast::TypeArg, what: &str) -> Ty {
+        match a {
+            ast::TypeArg::Dim(ast::DimExpr::Name(id)) => self.resolve_ty(&crate::syntax::parser::word_type(id.clone(), id.span)),
+            ast::TypeArg::Type(t) => self.resolve_ty(t),
+            ast::TypeArg::Dim(d) => self.err(TypeError::ExpectedType { what: what.into(), span: d.span() }).ty,
+        }
+    }
+
+    /// A size argument of `what`.
+    fn size_arg(&mut self, a: &ast::TypeArg, what: &str) -> Option<Dim> {
+        match a {
+            ast::TypeArg::Dim(d) => self.resolve_dim(d),
+            ast::TypeArg::Type(t) => {
+                self.err(TypeError::ExpectedSize { what: what.into(), span: t.span });
+                None
+            }
+        }
     }
 
     pub(super) fn resolve_dim(&mut self, d: &ast::DimExpr) -> Option<Dim> {

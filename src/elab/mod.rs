@@ -39,7 +39,7 @@ use crate::resolve::{ItemRef, Program};
 use crate::syntax::ast::{self, ExprKind};
 use crate::syntax::span::Span;
 use crate::types::error::TypeError;
-use crate::types::{Dim, Origin, StructDef, Subst, Ty};
+use crate::types::{Dim, Origin, StructDef, Subst, Ty, Written};
 
 /// A binding of type parameters.
 pub(crate) type TypeSubst = HashMap<Rc<str>, Ty>;

@@ -133,14 +133,33 @@ pub enum TypeKind {
     Array { dtype: Ident, dims: Vec<DimExpr> },
     /// `(f32, i32[3])`; `()` is the empty tuple.
     Tuple(Vec<Type>),
-    /// `Dense<4, O>`: a struct name and its size arguments.
-    Named { name: Ident, args: Vec<DimExpr> },
+    /// `Dense<4, O>`, `Adam<Params<C, A>>`: a struct name and its arguments.
+    Named { name: Ident, args: Vec<TypeArg> },
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct Type {
     pub kind: TypeKind,
     pub span: Span,
+}
+
+/// An argument of a struct type as written. A bare name (`Dense<I, O>`, `Adam<Params>`) is
+/// a `Dim` whichever it names: the struct's declaration says whether it takes a size or a
+/// type there.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TypeArg {
+    Dim(DimExpr),
+    /// A type that cannot be a size: `f32[3]`, `Params<C, A>`, `(f32, i32)`.
+    Type(Type),
+}
+
+impl TypeArg {
+    pub fn span(&self) -> Span {
+        match self {
+            TypeArg::Dim(d) => d.span(),
+            TypeArg::Type(t) => t.span,
+        }
+    }
 }
 
 /// A dimension as written: a literal size, the name of a const or size parameter, or a

@@ -45,7 +45,16 @@ pub fn print_type(t: &Type) -> String {
         TypeKind::Array { dtype, dims } if dims.is_empty() => dtype.name.clone(),
         TypeKind::Array { dtype, dims } => format!("{}[{}]", dtype.name, dims_str(dims)),
         TypeKind::Named { name, args } if args.is_empty() => name.name.clone(),
-        TypeKind::Named { name, args } => format!("{}<{}>", name.name, dims_str(args)),
+        TypeKind::Named { name, args } => {
+            let args: Vec<String> = args
+                .iter()
+                .map(|a| match a {
+                    TypeArg::Dim(d) => dim_str(d),
+                    TypeArg::Type(t) => print_type(t),
+                })
+                .collect();
+            format!("{}<{}>", name.name, args.join(", "))
+        }
         TypeKind::Tuple(items) => tuple_str(items.iter().map(print_type).collect()),
     }
 }
@@ -60,14 +69,15 @@ pub fn print_pat(p: &Pat) -> String {
 }
 
 fn dims_str(dims: &[DimExpr]) -> String {
-    fn dim(d: &DimExpr) -> String {
-        match d {
-            DimExpr::Lit(n, _) => n.to_string(),
-            DimExpr::Name(name) => name.name.clone(),
-            DimExpr::Mul(a, b) => format!("{} * {}", dim(a), dim(b)),
-        }
+    dims.iter().map(dim_str).collect::<Vec<_>>().join(", ")
+}
+
+fn dim_str(d: &DimExpr) -> String {
+    match d {
+        DimExpr::Lit(n, _) => n.to_string(),
+        DimExpr::Name(name) => name.name.clone(),
+        DimExpr::Mul(a, b) => format!("{} * {}", dim_str(a), dim_str(b)),
     }
-    dims.iter().map(dim).collect::<Vec<_>>().join(", ")
 }
 
 /// `()`, `(a,)`, `(a, b)`: a one-element tuple keeps its comma.

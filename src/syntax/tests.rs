@@ -71,6 +71,7 @@ fn types() {
         fn f(
             a: f32, b: i32[3], c: bool[N, 4], d: u32[], e: Key, f: Dense<4, O>, g: Foo[2],
             h: (f32, i32[3]), i: (), j: (f32,), k: (f32), l: ((), (Key, Step<S>)),
+            m: Adam<Params<C, A>>, n: Pair<2 * N, (T, f32[K])>, o: Wrap<f32[3], P>,
         ) -> (f32, (i32,)) { a }
     "));
 }

@@ -239,6 +239,10 @@ pub enum TypeError {
         what: String,
         span: Span,
     },
+    ExpectedSize {
+        what: String,
+        span: Span,
+    },
     CannotInferType {
         param: String,
         func: String,
@@ -485,7 +489,9 @@ impl TypeError {
                     .with_help("wrap its input in `stop_gradient(...)` to treat it as a constant, or choose values with `where` instead")
             }
             E::ExpectedType { what, span } => Diag::new("E0228", format!("{what} takes a type here"), span, "not a type")
-                .with_help("write a struct name, a type parameter or a dtype"),
+                .with_help("write a type: a struct (`Params`, `Params<C, A>`), a type parameter, `f32` or `f32[N]`"),
+            E::ExpectedSize { what, span } => Diag::new("E0228", format!("{what} takes a size here"), span, "not a size")
+                .with_help("write a number, a const or a size parameter"),
             E::CannotInferType { param, func, span } => Diag::new(
                 "E0229",
                 format!("cannot infer the type `{param}` of `{func}`"),

@@ -101,8 +101,9 @@ impl fmt::Display for Dim {
 
 /// A struct declaration after resolution: field types mention its size generics as
 /// `Dim::Param`. A struct with type parameters (`struct Adam<P> { mu: P, .. }`) has one
-/// definition per list of type arguments, each named after it (`Adam<Params>`); its
-/// `generics` are then its size parameters only.
+/// definition per list of type arguments, with the sizes in those taken out
+/// ([`Ty::abstract_sizes`]): `Adam<Params<4, 64>>` is the definition for `Params<#0, #1>`
+/// at sizes 4 and 64. Its `generics` are its size parameters, then those sizes.
 ///
 /// Two definitions are the same type when they come from the same place ([`Origin`]), not
 /// when they are the same allocation: every elaborator resolves declarations afresh, and
@@ -114,6 +115,17 @@ pub struct StructDef {
     pub generics: Vec<Rc<str>>,
     pub fields: Vec<(String, Ty)>,
     pub origin: Origin,
+    /// The arguments a declared struct is written with, in declared order, for messages;
+    /// empty for one without arguments and for built-in records (shown with `generics`).
+    pub written: Vec<Written>,
+}
+
+/// One argument of a struct as written: a size (the index of one of the definition's
+/// `generics`) or a type argument (whose sizes are the definition's `generics`).
+#[derive(Debug)]
+pub enum Written {
+    Size(usize),
+    Type(Ty),
 }
 
 /// Where a struct definition comes from, which is what makes two of them the same type.
@@ -204,8 +216,8 @@ impl Ty {
                 let fields =
                     def.fields.iter().map(|(n, t)| Some((n.clone(), t.batched(&lead)?))).collect::<Option<_>>()?;
                 let generics = def.generics.iter().cloned().chain([size]).collect();
-                let batch =
-                    StructDef { name: def.name.clone(), generics, fields, origin: Origin::Batched(def.clone()) };
+                let origin = Origin::Batched(def.clone());
+                let batch = StructDef { name: def.name.clone(), generics, fields, origin, written: vec![] };
                 Some(Ty::Struct(Rc::new(batch), args.iter().cloned().chain([b.clone()]).collect()))
             }
             Ty::Error => None,
@@ -230,6 +242,28 @@ impl Ty {
             },
             Ty::Error => None,
         }
+    }
+
+    /// Type arguments with every size in them made a generic of the struct, so that
+    /// `Adam<Params<4, 64>>` and `Adam<Params<C, A>>` are one struct at two sizes, as
+    /// `Dense<4, 2>` and `Dense<I, O>` are: the arguments with the `k`-th size replaced by
+    /// `#k` (a name no source can write), and the sizes taken out, in order.
+    pub fn abstract_sizes(types: &[Ty]) -> (Vec<Ty>, Vec<Dim>) {
+        fn walk(t: &Ty, sizes: &mut Vec<Dim>) -> Ty {
+            let mut take = |d: &Dim| {
+                sizes.push(d.clone());
+                Dim::Param(Rc::from(format!("#{}", sizes.len() - 1)))
+            };
+            match t {
+                Ty::Array(d, dims) => Ty::Array(*d, dims.iter().map(&mut take).collect()),
+                Ty::Struct(def, args) => Ty::Struct(def.clone(), args.iter().map(&mut take).collect()),
+                Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(|t| walk(t, sizes)).collect()),
+                Ty::Error => Ty::Error,
+            }
+        }
+        let mut sizes = vec![];
+        let types = types.iter().map(|t| walk(t, &mut sizes)).collect();
+        (types, sizes)
     }
 
     /// The fields of a struct type, with its size arguments substituted.
@@ -297,6 +331,18 @@ impl fmt::Display for Ty {
                     t = inner;
                 }
                 write!(f, "{t}[{}]", join(&sizes))
+            }
+            Ty::Struct(def, args) if !def.written.is_empty() => {
+                let s: Subst = def.generics.iter().cloned().zip(args.iter().cloned()).collect();
+                let shown: Vec<String> = def
+                    .written
+                    .iter()
+                    .map(|w| match w {
+                        Written::Size(i) => args.get(*i).map(Dim::to_string).unwrap_or_default(),
+                        Written::Type(t) => t.subst(&s).to_string(),
+                    })
+                    .collect();
+                write!(f, "{}<{}>", def.name, shown.join(", "))
             }
             Ty::Struct(def, args) if args.is_empty() => f.write_str(&def.name),
             Ty::Struct(def, args) => write!(f, "{}<{}>", def.name, join(args)),
