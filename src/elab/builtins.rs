@@ -27,6 +27,7 @@ pub(crate) const NAMES: &[&str] = &[
     "clamp",
     "where",
     "sum",
+    "prod",
     "mean",
     "reduce_max",
     "reduce_min",
@@ -81,7 +82,7 @@ impl Elab<'_> {
             "psum" | "pmean" => (1, 1),
             "argsort" => (1, 2),
             "conv2d" | "max_pool" => (4, 4),
-            "sum" | "mean" | "reduce_max" | "reduce_min" | "argmax" | "transpose" | "concatenate" => (1, 2),
+            "sum" | "prod" | "mean" | "reduce_max" | "reduce_min" | "argmax" | "transpose" | "concatenate" => (1, 2),
             _ => return None,
         };
         if args.len() < min || args.len() > max {
@@ -130,7 +131,7 @@ impl Elab<'_> {
                 self.elementwise2(name, m, hi, args[0].span, args[2].span, span, num(BinaryOp::Min))
             }
             "where" => self.where_(args, span),
-            "sum" | "reduce_max" | "reduce_min" | "mean" => self.reduce(name, args),
+            "sum" | "prod" | "reduce_max" | "reduce_min" | "mean" => self.reduce(name, args),
             "argmax" => {
                 let v = self.array_arg(name, &args[0], |d| d != DType::Bool, "a number");
                 let Some(axis) = self.axis_arg(&v, args.get(1), args[0].span, true) else { return Some(Val::error()) };
@@ -353,9 +354,10 @@ impl Elab<'_> {
     fn reduce(&mut self, name: &str, args: &[ast::Expr]) -> Val {
         let v = match name {
             "mean" => self.float_arg(name, &args[0]),
-            "sum" => {
+            "sum" | "prod" => {
                 let v = self.array_arg(name, &args[0], |d| d != DType::Bool, "a number");
-                // As `jnp.sum`: bytes add up in u32 (a frame's total would wrap in u8).
+                // As `jnp.sum` and `jnp.prod`: bytes combine in u32 (a frame's total would
+                // wrap in u8).
                 match v.ty {
                     Ty::Array(DType::U8, _) => self.convert(v, DType::U32, args[0].span),
                     _ => v,
@@ -380,6 +382,7 @@ impl Elab<'_> {
         let op = match name {
             "reduce_max" => ReduceOp::Max,
             "reduce_min" => ReduceOp::Min,
+            "prod" => ReduceOp::Prod,
             _ => ReduceOp::Sum,
         };
         let r = self.apply(Prim::Reduce(Reduce { op, axes: axes.clone() }), &[&v]);

@@ -1,4 +1,4 @@
-//! Reductions: sum, max and min over axes, and argmax along one axis.
+//! Reductions: sum, product, max and min over axes, and argmax along one axis.
 //!
 //! A reduction's combiner is a binary operator's row from [`super::elementwise`], so the
 //! reference evaluation combines elements with exactly the scalar function that the
@@ -7,13 +7,13 @@
 
 use super::elementwise::{BinaryOp, BinaryRow, CmpOp, flush, lower_binary, lower_compare};
 use super::util::{check_axes, expect_arity, i64_array, indices, list, ravel, strides};
-use super::{Broadcast, Select};
+use super::{Broadcast, Concat, Reshape, Reverse, Select, Slice, Transpose};
 use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::prims::batching::BVal;
-use crate::prims::derivative::{NotDifferentiable, binary, compare, full_like, mul};
+use crate::prims::derivative::{NotDifferentiable, binary, compare, full_like, mul, splat};
 use crate::prims::emit::{LowerCx, fn_type, tensor_type};
 
 /// A reduction operator.
@@ -22,6 +22,8 @@ pub enum ReduceOp {
     /// Sum (wrapping on integers; not defined on bool). The interpreter adds f32 in
     /// row-major order; XLA may associate differently, so f32 sums agree to rounding.
     Sum,
+    /// Product (wrapping on integers; not defined on bool), associated as `Sum` is.
+    Prod,
     /// Maximum: NaN-propagating on f32, `or` on bool; the empty maximum is `-inf`,
     /// the dtype's minimum, or false.
     Max,
@@ -54,6 +56,7 @@ impl ReduceOp {
     fn name(self) -> &'static str {
         match self {
             ReduceOp::Sum => "reduce_sum",
+            ReduceOp::Prod => "reduce_prod",
             ReduceOp::Max => "reduce_max",
             ReduceOp::Min => "reduce_min",
         }
@@ -65,6 +68,8 @@ impl ReduceOp {
         match (self, d) {
             (ReduceOp::Sum, DType::Bool) => None,
             (ReduceOp::Sum, DType::F32 | DType::I32 | DType::U32 | DType::U8) => Some(BinaryOp::Add),
+            (ReduceOp::Prod, DType::Bool) => None,
+            (ReduceOp::Prod, DType::F32 | DType::I32 | DType::U32 | DType::U8) => Some(BinaryOp::Mul),
             (ReduceOp::Max, DType::Bool) => Some(BinaryOp::Or),
             (ReduceOp::Max, DType::F32 | DType::I32 | DType::U32 | DType::U8) => Some(BinaryOp::Max),
             (ReduceOp::Min, DType::Bool) => Some(BinaryOp::And),
@@ -80,6 +85,11 @@ impl ReduceOp {
             (ReduceOp::Sum, DType::U32) => Data::U32(vec![0]),
             (ReduceOp::Sum, DType::U8) => Data::U8(vec![0]),
             (ReduceOp::Sum, DType::Bool) => Data::Bool(vec![false]),
+            (ReduceOp::Prod, DType::F32) => Data::F32(vec![1.0]),
+            (ReduceOp::Prod, DType::I32) => Data::I32(vec![1]),
+            (ReduceOp::Prod, DType::U32) => Data::U32(vec![1]),
+            (ReduceOp::Prod, DType::U8) => Data::U8(vec![1]),
+            (ReduceOp::Prod, DType::Bool) => Data::Bool(vec![true]),
             (ReduceOp::Max, DType::F32) => Data::F32(vec![f32::NEG_INFINITY]),
             (ReduceOp::Max, DType::I32) => Data::I32(vec![i32::MIN]),
             (ReduceOp::Max, DType::U32) => Data::U32(vec![0]),
@@ -202,9 +212,9 @@ impl Rules for Reduce {
         vec![BVal::batched(b.prim1(Prim::Reduce(Reduce { op: self.op, axes }), &[x.var]), out)]
     }
 
-    /// A sum sends its cotangent to every element it summed. A max or min sends it to
-    /// the elements equal to the result, shared equally among ties (JAX's
-    /// `_reduce_chooser_jvp_rule`).
+    /// A sum sends its cotangent to every element it summed, a product to every element
+    /// times the product of the others. A max or min sends it to the elements equal to
+    /// the result, shared equally among ties (JAX's `_reduce_chooser_jvp_rule`).
     fn vjp(
         &self,
         b: &mut Builder,
@@ -220,6 +230,11 @@ impl Rules for Reduce {
         };
         match self.op {
             ReduceOp::Sum => Ok(vec![Some(widen(b, cts[0]))]),
+            ReduceOp::Prod => {
+                let ct = widen(b, cts[0]);
+                let others = products_of_others(b, x, &self.axes);
+                Ok(vec![Some(mul(b, ct, others))])
+            }
             ReduceOp::Max | ReduceOp::Min => {
                 let z = widen(b, outs[0]);
                 let at = compare(b, CmpOp::Eq, x, z);
@@ -232,6 +247,62 @@ impl Rules for Reduce {
             }
         }
     }
+}
+
+/// For each element of `x`, the product of the other elements it is reduced with over
+/// `axes`: the derivative of their product. It multiplies the products of the elements
+/// before and after it (exclusive scans), without dividing, so zeros and large values
+/// among the others come out as in the product itself (JAX builds its rule from
+/// products too, as a tree).
+fn products_of_others(b: &mut Builder, x: Var, axes: &[usize]) -> Var {
+    let shape = b.ty(x).shape.clone();
+    if shape.contains(&0) {
+        return full_like(b, 0.0, x);
+    }
+    let mut reduced = axes.to_vec();
+    reduced.sort_unstable();
+    let kept: Vec<usize> = (0..shape.len()).filter(|d| !reduced.contains(d)).collect();
+    // The reduced elements along axis 0 of an `[n, m]` matrix.
+    let perm: Vec<usize> = reduced.iter().chain(&kept).copied().collect();
+    let permuted: Vec<usize> = perm.iter().map(|&d| shape[d]).collect();
+    let n: usize = reduced.iter().map(|&d| shape[d]).product();
+    let m: usize = kept.iter().map(|&d| shape[d]).product();
+    let xt = b.prim1(Prim::Transpose(Transpose { perm: perm.clone() }), &[x]);
+    let flat = b.prim1(Prim::Reshape(Reshape { shape: vec![n, m] }), &[xt]);
+    let before = exclusive_products(b, flat);
+    let flipped = b.prim1(Prim::Reverse(Reverse { dims: vec![0] }), &[flat]);
+    let after = exclusive_products(b, flipped);
+    let after = b.prim1(Prim::Reverse(Reverse { dims: vec![0] }), &[after]);
+    let others = mul(b, before, after);
+    let others = b.prim1(Prim::Reshape(Reshape { shape: permuted }), &[others]);
+    let mut inverse = vec![0; perm.len()];
+    for (i, &d) in perm.iter().enumerate() {
+        inverse[d] = i;
+    }
+    b.prim1(Prim::Transpose(Transpose { perm: inverse }), &[others])
+}
+
+/// Row `i` of the result is the product of rows `0..i` of the f32 matrix `v` (`[n, m]`),
+/// by doubling: `log2(n)` steps, each multiplying by the rows `2^k` above.
+fn exclusive_products(b: &mut Builder, v: Var) -> Var {
+    let [n, m] = b.ty(v).shape[..] else { panic!("exclusive_products takes a matrix") };
+    let ones = |b: &mut Builder, rows: usize| splat(b, Array::f32(vec![], vec![1.0]), &[rows, m]);
+    let shifted = |b: &mut Builder, y: Var, k: usize| {
+        let head = ones(b, k);
+        let tail = b.prim1(Prim::Slice(Slice { start: vec![0, 0], limit: vec![n - k, m] }), &[y]);
+        b.prim1(Prim::Concat(Concat { axis: 0 }), &[head, tail])
+    };
+    if n == 1 {
+        return ones(b, 1);
+    }
+    let mut y = shifted(b, v, 1);
+    let mut k = 1;
+    while k < n {
+        let above = shifted(b, y, k);
+        y = mul(b, y, above);
+        k *= 2;
+    }
+    y
 }
 
 impl Rules for Argmax {

@@ -304,6 +304,7 @@ fn u8_reductions_wrap() {
     let red = |op| Prim::Reduce(Reduce { op, axes: vec![1] });
     let x = y(&[2, 3], &[200, 100, 1, 0, 0, 0]);
     assert_eq!(ev1(red(ReduceOp::Sum), vec![x.clone()]), y(&[2], &[45, 0]));
+    assert_eq!(ev1(red(ReduceOp::Prod), vec![x.clone()]), y(&[2], &[32, 0]));
     assert_eq!(ev1(red(ReduceOp::Max), vec![x.clone()]), y(&[2], &[200, 0]));
     assert_eq!(ev1(red(ReduceOp::Min), vec![x]), y(&[2], &[1, 0]));
     assert_eq!(ev1(red(ReduceOp::Min), vec![y(&[1, 0], &[])]), y(&[1], &[255]));
@@ -528,6 +529,7 @@ fn reductions_over_axes() {
     assert_eq!(ev1(red(ReduceOp::Sum, &[1]), vec![x.clone()]), i(&[2], &[6, 15]));
     assert_eq!(ev1(red(ReduceOp::Sum, &[1, 0]), vec![x.clone()]), i(&[], &[21]));
     assert_eq!(ev1(red(ReduceOp::Sum, &[]), vec![x.clone()]), x);
+    assert_eq!(ev1(red(ReduceOp::Prod, &[1]), vec![x.clone()]), i(&[2], &[6, 120]));
     assert_eq!(ev1(red(ReduceOp::Max, &[1]), vec![x.clone()]), i(&[2], &[3, 6]));
     assert_eq!(ev1(red(ReduceOp::Min, &[0]), vec![x]), i(&[3], &[1, 2, 3]));
     let fx = f(&[2, 2], &[1.0, f32::NAN, 3.0, 2.0]);
@@ -545,6 +547,7 @@ fn empty_reductions_give_the_identity() {
     let red = |op| Prim::Reduce(Reduce { op, axes: vec![1] });
     let e = f(&[2, 0], &[]);
     assert_eq!(ev1(red(ReduceOp::Sum), vec![e.clone()]), f(&[2], &[0.0, 0.0]));
+    assert_eq!(ev1(red(ReduceOp::Prod), vec![e.clone()]), f(&[2], &[1.0, 1.0]));
     assert_eq!(ev1(red(ReduceOp::Max), vec![e.clone()]), f(&[2], &[f32::NEG_INFINITY; 2]));
     assert_eq!(ev1(red(ReduceOp::Min), vec![e]), f(&[2], &[f32::INFINITY; 2]));
     assert_eq!(ev1(red(ReduceOp::Max), vec![i(&[1, 0], &[])]), i(&[1], &[i32::MIN]));

@@ -13,10 +13,10 @@
 //! 3. `.pod` programs using `grad`, `value_and_grad` and `stop_gradient` through loops,
 //!    `if`/`where`, `.set` and indexing, reductions and `@`, against finite differences of
 //!    the same loss built as its own entry point.
-//! 4. Against JAX: `examples/basics/grad.pod`'s `mlp_loss_grad` and two more compositions
-//!    (a loop, a softmax/logsumexp loss), with arguments and `jax.value_and_grad` results
-//!    from `tests/fixtures/grad/gen_grad.py`, through the interpreter and PJRT, to a
-//!    relative error of 1e-5.
+//! 4. Against JAX: `examples/basics/grad.pod`'s `mlp_loss_grad` and three more
+//!    compositions (a loop, a softmax/logsumexp loss, products with zero factors), with
+//!    arguments and `jax.value_and_grad` results from `tests/fixtures/grad/gen_grad.py`,
+//!    through the interpreter and PJRT, to a relative error of 1e-5.
 
 use crate::common;
 
@@ -292,6 +292,18 @@ fn cases() -> Vec<Case> {
     cs.push(prim("Reduce max", reduce(ReduceOp::Max, &[1]), vec![Gen::Distinct(vec![2, 3, 4])]));
     cs.push(prim("Reduce min", reduce(ReduceOp::Min, &[0]), vec![Gen::Distinct(vec![3, 4])]));
     cs.push(prim("Reduce max all", reduce(ReduceOp::Max, &[0, 1]), vec![Gen::Distinct(vec![3, 2])]));
+    let near_one = |s: &[usize]| Gen::Signed(s.to_vec(), 0.5, 1.5);
+    cs.push(prim("Reduce prod", reduce(ReduceOp::Prod, &[0, 2]), vec![near_one(&[2, 3, 5])]));
+    cs.push(prim("Reduce prod all", reduce(ReduceOp::Prod, &[1, 0]), vec![near_one(&[3, 2])]));
+    cs.push(prim("Reduce prod one", reduce(ReduceOp::Prod, &[1]), vec![near_one(&[3, 1])]));
+    // Zeros among the factors: none, one (its derivative is the product of the others)
+    // and two (every derivative is 0) in the three rows.
+    cs.push(case("Reduce prod zeros", vec![near_one(&[3, 4])], |b, v| {
+        let mask = [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0];
+        let mask = constant(b, Array::f32(vec![3, 4], mask.to_vec()));
+        let x = mul(b, v[0], mask);
+        b.prim1(Prim::Reduce(Reduce { op: ReduceOp::Prod, axes: vec![1] }), &[x])
+    }));
     // A tie shares the derivative: the maximum of [x, x] is half x's each.
     cs.push(case("Reduce max tie", vec![f32s(&[3])], |b, v| {
         let both = b.prim1(Prim::Concat(Concat { axis: 0 }), &[v[0], v[0]]);
@@ -940,6 +952,11 @@ fn a_loop_matches_jax() {
 #[test]
 fn softmax_and_logsumexp_match_jax() {
     against_jax("tests/fixtures/grad/compositions.pod", "compositions.json", "ce");
+}
+
+#[test]
+fn products_match_jax() {
+    against_jax("tests/fixtures/grad/compositions.pod", "compositions.json", "prod");
 }
 
 /// `(loss, aux)` functions: the value and gradient are those of the loss alone, and `aux`

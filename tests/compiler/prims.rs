@@ -487,8 +487,13 @@ fn cases() -> Vec<Case> {
         }
         a
     };
-    for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
-        let tol = if op == ReduceOp::Sum { Tol::Accumulated(4.0 * f32::EPSILON) } else { Tol::Exact };
+    for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
+        // Sums and products may associate differently on the device.
+        let tol = match op {
+            ReduceOp::Sum => Tol::Accumulated(4.0 * f32::EPSILON),
+            ReduceOp::Prod => Tol::Ulps(16),
+            ReduceOp::Max | ReduceOp::Min => Tol::Exact,
+        };
         for axes in [&[0][..], &[1], &[0, 1], &[]] {
             cs.push(case(
                 format!("{op:?} f32 axes {axes:?}"),
@@ -511,7 +516,7 @@ fn cases() -> Vec<Case> {
         cs.push(exact(format!("{op:?} bool"), reduce(op, &[1]), vec![rng.bools(&[4, 3])]));
     }
     let tiny = Array::f32(vec![3, 3], vec![1e-40, -1e-40, 0.0, -0.0, 1e-40, -1e-40, 1e-20, 1e-40, 1.2e-38]);
-    for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+    for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
         cs.push(exact(format!("{op:?} f32 subnormals"), reduce(op, &[1]), vec![tiny.clone()]));
     }
     let argmax = |axis| Prim::Argmax(Argmax { axis });
@@ -703,7 +708,8 @@ fn cases() -> Vec<Case> {
     let empty = Array::f32(vec![2, 0], vec![]);
     cs.push(exact("slice to nothing", slice(&[1, 0], &[1, 3]), vec![rng.f32s(&[2, 3], -1.0, 1.0)]));
     cs.push(exact("sum over an empty axis", reduce(ReduceOp::Sum, &[1]), vec![empty.clone()]));
-    cs.push(exact("max over an empty axis", reduce(ReduceOp::Max, &[1]), vec![empty]));
+    cs.push(exact("max over an empty axis", reduce(ReduceOp::Max, &[1]), vec![empty.clone()]));
+    cs.push(exact("product over an empty axis", reduce(ReduceOp::Prod, &[1]), vec![empty]));
 
     // plumbing: results that are parameters, twice
     cs.push(Case {
@@ -837,7 +843,7 @@ fn u8_cases() -> Vec<Case> {
         vec![frames.clone(), Array::i32(vec![1, 1], vec![1]), rng.u8s(&[1, 3, 4])],
     ));
 
-    for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min] {
+    for op in [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Max, ReduceOp::Min] {
         let reduce = |axes: &[usize]| Prim::Reduce(Reduce { op, axes: axes.to_vec() });
         cs.push(exact(format!("{op:?} u8 axes [1]"), reduce(&[1]), vec![rng.u8s(&[3, 40])]));
         cs.push(exact(format!("{op:?} u8 all"), reduce(&[0, 1, 2]), vec![frames.clone()]));

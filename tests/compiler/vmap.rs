@@ -387,6 +387,8 @@ fn prim_cases() -> Vec<Case> {
     cs.push(exact("Max axes [1]", reduce(ReduceOp::Max, &[1]), vec![untied(&[3, 4])]));
     cs.push(exact("Min 3d axes [0, 2]", reduce(ReduceOp::Min, &[0, 2]), vec![untied(&[2, 3, 4])]));
     cs.push(exact("Sum i32", reduce(ReduceOp::Sum, &[0]), vec![i32s(&[3, 4])]));
+    cs.push(case("Prod 3d axes [0, 2]", reduce(ReduceOp::Prod, &[0, 2]), vec![f32s(&[2, 3, 4])], Tol::Close(1e-5)));
+    cs.push(exact("Prod i32", reduce(ReduceOp::Prod, &[1]), vec![i32s(&[3, 4])]));
     cs.push(exact("Max bool", reduce(ReduceOp::Max, &[1]), vec![Gen::Bool(vec![4, 3])]));
     let argmax = |axis| Prim::Argmax(Argmax { axis });
     cs.push(exact("argmax axis 1", argmax(1), vec![edgy(&[3, 4])]));
