@@ -4,8 +4,10 @@
 //!
 //! Programs are typed by construction: every expression is generated for a type it must
 //! have, from the variables in scope, helpers made on demand (plain, generic over a size,
-//! batched by `vmap`, differentiated by `grad`), structs, tuples, `if`, `where`, `for`
-//! loops, indexing, slicing, `.set`, reductions, `@`, layout builtins and random draws. A
+//! batched by `vmap`, differentiated by `grad`), structs, the generic struct `W<T>` with
+//! any type argument (`W<S0>`, `W<(f32, i32[2])>`, `W<f32[N]>` in a helper generic over
+//! `N`), tuples, `if`, `where`, `for` loops, indexing, slicing, `.set`, reductions, `@`,
+//! layout builtins and random draws. A
 //! program is a `main` and, sometimes, an `env` (discrete or `box` actions, sometimes an
 //! `auto_reset`) and an `agent` for it (sometimes with a carry).
 //!
@@ -79,7 +81,17 @@ pub enum Ty {
     Struct(usize),
     /// A batch of `structs[i]` (`S[b]`): its fields with a leading axis `b`.
     Batch(usize, usize),
+    /// `W<T>`, the generic struct of [`PRELUDE`].
+    Wrap(Box<Ty>),
     Key,
+}
+
+/// What every program starts with: a struct generic over a type, and a function generic
+/// over one that takes it apart (binding `T` through the written `W<T>`).
+const PRELUDE: &str = "struct W<T> { v: T, k: f32 }\nfn unwrap<T>(w: W<T>) -> T { w.v }\n";
+
+fn wrap(t: Ty) -> Ty {
+    Ty::Wrap(Box::new(t))
 }
 
 fn f(shape: &[usize]) -> Ty {
@@ -146,7 +158,7 @@ pub fn program(c: &mut Choices) -> Program {
     } else {
         (None, None)
     };
-    let mut source = String::new();
+    let mut source = PRELUDE.to_string();
     for (i, fields) in g.structs.iter().enumerate() {
         let fs: Vec<String> = fields.iter().map(|(n, t)| format!("{n}: {}", g.show(t))).collect();
         let _ = writeln!(source, "struct S{i} {{ {} }}", fs.join(", "));
@@ -178,6 +190,7 @@ impl Gen<'_> {
             Ty::Tuple(ts) => format!("({})", ts.iter().map(|t| self.show(t)).collect::<Vec<_>>().join(", ")),
             Ty::Struct(i) => format!("S{i}"),
             Ty::Batch(i, b) => format!("S{i}[{b}]"),
+            Ty::Wrap(t) => format!("W<{}>", self.show(t)),
             Ty::Key => "Key".into(),
         }
     }
@@ -203,6 +216,7 @@ impl Gen<'_> {
                 Ty::Struct(i) => Ty::Batch(i, 1 + self.c.below(3)),
                 other => other,
             },
+            5 if depth > 0 => wrap(self.ty(depth - 1)),
             _ => {
                 let (d, s) = (self.dtype(), self.shape());
                 Ty::Arr(d, s)
@@ -233,6 +247,7 @@ impl Gen<'_> {
         match self.c.below(6) {
             0 if depth > 0 => Ty::Tuple((0..1 + self.c.below(2)).map(|_| self.float_ty(depth - 1)).collect()),
             1 if depth > 0 => self.struct_ty(depth - 1, true),
+            2 if depth > 0 => wrap(self.float_ty(depth - 1)),
             _ => {
                 let s = self.shape();
                 f(&s)
@@ -245,20 +260,23 @@ impl Gen<'_> {
             Ty::Arr(d, _) => *d == D::F,
             Ty::Tuple(ts) => ts.iter().all(|t| self.all_float(t)),
             Ty::Struct(i) | Ty::Batch(i, _) => self.structs[*i].iter().all(|(_, t)| self.all_float(t)),
+            Ty::Wrap(t) => self.all_float(t),
             Ty::Key => false,
         }
     }
 
     fn is_record(t: &Ty) -> bool {
-        matches!(t, Ty::Tuple(_) | Ty::Struct(_) | Ty::Batch(..))
+        matches!(t, Ty::Tuple(_) | Ty::Struct(_) | Ty::Batch(..) | Ty::Wrap(_))
     }
 
-    /// `t` with batches of structs replaced by one struct: what a struct's field may be
-    /// here, so that every struct can itself be batched.
+    /// `t` with batches of structs replaced by one struct and `W<T>` by `T`: what a
+    /// struct's field may be here, so that every struct can itself be batched (and a batch
+    /// of a `W<T>` has no written type).
     fn no_batch(t: &Ty) -> Ty {
         match t {
             Ty::Batch(i, _) => Ty::Struct(*i),
             Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(Self::no_batch).collect()),
+            Ty::Wrap(t) => Self::no_batch(t),
             other => other.clone(),
         }
     }
@@ -269,7 +287,7 @@ impl Gen<'_> {
             Ty::Arr(d, shape) => Ty::Arr(*d, std::iter::once(b).chain(shape.iter().copied()).collect()),
             Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(|t| Self::batch_of(t, b)).collect()),
             Ty::Struct(i) => Ty::Batch(*i, b),
-            Ty::Batch(..) | Ty::Key => unreachable!("structs hold no batches or keys: {t:?}"),
+            Ty::Batch(..) | Ty::Wrap(_) | Ty::Key => unreachable!("structs hold no batches, `W`s or keys: {t:?}"),
         }
     }
 
@@ -278,7 +296,18 @@ impl Gen<'_> {
         match t {
             Ty::Struct(i) => self.structs[*i].clone(),
             Ty::Batch(i, b) => self.structs[*i].iter().map(|(n, ft)| (n.clone(), Self::batch_of(ft, *b))).collect(),
+            Ty::Wrap(t) => vec![("v".into(), (**t).clone()), ("k".into(), scalar(D::F))],
             _ => vec![],
+        }
+    }
+
+    /// `t` with the size parameter `N` at `n`.
+    fn at_n(t: &Ty, n: usize) -> Ty {
+        match t {
+            Ty::Arr(d, s) => Ty::Arr(*d, s.iter().map(|&x| if x == N { n } else { x }).collect()),
+            Ty::Tuple(ts) => Ty::Tuple(ts.iter().map(|t| Self::at_n(t, n)).collect()),
+            Ty::Wrap(t) => wrap(Self::at_n(t, n)),
+            other => other.clone(),
         }
     }
 
@@ -286,6 +315,7 @@ impl Gen<'_> {
         match t {
             Ty::Arr(_, s) => s.contains(&N),
             Ty::Tuple(ts) => ts.iter().any(Self::has_n),
+            Ty::Wrap(t) => Self::has_n(t),
             Ty::Struct(_) | Ty::Batch(..) | Ty::Key => false,
         }
     }
@@ -317,7 +347,11 @@ impl Gen<'_> {
             }
             1 => {
                 let vt = self.ty(1);
-                let vt = if s.generic && self.c.chance(50) { f(&[N]) } else { vt };
+                let vt = match s.generic && self.c.chance(50) {
+                    true if self.c.chance(30) => wrap(f(&[N])),
+                    true => f(&[N]),
+                    false => vt,
+                };
                 let v = self.name("v");
                 let e = self.expr(&vt, s, d);
                 let mut inner = s.clone();
@@ -375,6 +409,7 @@ impl Gen<'_> {
             }
             8 if !s.generic && self.all_float(t) && !Self::has_n(t) => self.grad(t, s, d),
             9 if !s.generic && self.batchable(t) => self.vmap(t, s, d),
+            10 if *t != Ty::Key => format!("unwrap({})", self.expr(&wrap(t.clone()), s, d)),
             _ => match t {
                 Ty::Arr(dt, shape) => self.array(*dt, shape, s, d),
                 Ty::Tuple(ts) => {
@@ -388,6 +423,7 @@ impl Gen<'_> {
                     format!("S{i} {{ {} }}", fs.join(", "))
                 }
                 Ty::Batch(..) => self.vmap(t, s, d),
+                Ty::Wrap(vt) => format!("W {{ v: {}, k: {} }}", self.expr(vt, s, d), self.expr(&scalar(D::F), s, d)),
                 Ty::Key => self.key(s, d),
             },
         }
@@ -409,7 +445,7 @@ impl Gen<'_> {
                     self.paths_to(format!("{at}.{i}"), et, t, out);
                 }
             }
-            Ty::Struct(_) | Ty::Batch(..) => {
+            Ty::Struct(_) | Ty::Batch(..) | Ty::Wrap(_) => {
                 for (n, ft) in self.fields(vt) {
                     self.paths_to(format!("{at}.{n}"), &ft, t, out);
                 }
@@ -428,7 +464,7 @@ impl Gen<'_> {
                     self.arrays_in(format!("{at}.{i}"), et, out);
                 }
             }
-            Ty::Struct(_) | Ty::Batch(..) => {
+            Ty::Struct(_) | Ty::Batch(..) | Ty::Wrap(_) => {
                 for (n, ft) in self.fields(vt) {
                     self.arrays_in(format!("{at}.{n}"), &ft, out);
                 }
@@ -502,6 +538,7 @@ impl Gen<'_> {
                 self.items.push(format!("fn {name}(z: f32) -> S{i} {{\n    {one}\n}}"));
                 format!("vmap({name}, zeros([{b}]))")
             }
+            Ty::Wrap(vt) => format!("W {{ v: {}, k: {} }}", self.leaf(vt, s), self.leaf(&scalar(D::F), s)),
             Ty::Key => format!("key({})", self.c.below(100)),
         }
     }
@@ -562,7 +599,8 @@ impl Gen<'_> {
             && self.c.chance(40)
         {
             let name = self.name("g");
-            let extra = self.ty(1);
+            // Sometimes `x1: W<f32[N]>`: `N` is then inferred through a type argument too.
+            let extra = if self.c.chance(30) { wrap(f(&[N])) } else { self.ty(1) };
             let inner =
                 Scope { vars: vec![("x0".into(), f(&[N])), ("x1".into(), extra.clone())], diff: s.diff, generic: true };
             let rt = Ty::Arr(*dt, vec![N]);
@@ -572,7 +610,7 @@ impl Gen<'_> {
                 format!("fn {name}<N>(x0: f32[N], x1: {}) -> {} {{\n    {body}\n}}", self.show(&extra), self.show(&rt));
             self.items.push(item);
             let a0 = self.expr(&f(shape), s, d);
-            let a1 = self.expr(&extra, s, d);
+            let a1 = self.expr(&Self::at_n(&extra, shape[0]), s, d);
             return format!("{name}({a0}, {a1})");
         }
         let name = self.name("h");
@@ -640,7 +678,7 @@ impl Gen<'_> {
             Ty::Tuple(ts) => {
                 !ts.is_empty() && ts.iter().all(|t| self.batchable(t) && Self::lead(t) == Self::lead(&ts[0]))
             }
-            Ty::Struct(_) | Ty::Key => false,
+            Ty::Struct(_) | Ty::Wrap(_) | Ty::Key => false,
         }
     }
 
@@ -650,7 +688,7 @@ impl Gen<'_> {
             Ty::Arr(_, s) => s.first().copied(),
             Ty::Batch(_, b) => Some(*b),
             Ty::Tuple(ts) => ts.first().and_then(Self::lead),
-            Ty::Struct(_) | Ty::Key => None,
+            Ty::Struct(_) | Ty::Wrap(_) | Ty::Key => None,
         }
     }
 
@@ -775,27 +813,26 @@ impl Gen<'_> {
             }
             4 if dt != D::B && !sym => {
                 // A reduction over an inserted axis, or of everything.
-                if shape.is_empty() && self.c.chance(50) {
+                let (e, op) = if shape.is_empty() && self.c.chance(50) {
                     let sh = self.shape();
                     let op = match dt {
-                        D::F => *self.c.pick(&["sum", "mean", "reduce_max", "reduce_min"]),
-                        D::U => *self.c.pick(&["sum", "reduce_max", "reduce_min"]),
-                        D::I | D::B => *self.c.pick(&["sum", "reduce_max"]),
+                        D::F => *self.c.pick(&["sum", "prod", "mean", "reduce_max", "reduce_min"]),
+                        D::U => *self.c.pick(&["sum", "prod", "reduce_max", "reduce_min"]),
+                        D::I | D::B => *self.c.pick(&["sum", "prod", "reduce_max"]),
                     };
-                    let e = format!("{op}({})", self.expr(&Ty::Arr(dt, sh), s, d));
-                    // Bytes add up in u32.
-                    if dt == D::U && op == "sum" { format!("({e} as u8)") } else { e }
+                    (format!("{op}({})", self.expr(&Ty::Arr(dt, sh), s, d)), op)
                 } else {
                     let axis = self.c.below(shape.len() + 1);
                     let mut big = shape.to_vec();
                     big.insert(axis, 1 + self.c.below(3));
                     let op = match dt {
-                        D::F | D::U => *self.c.pick(&["sum", "reduce_max", "reduce_min"]),
-                        D::I | D::B => "sum",
+                        D::F | D::U => *self.c.pick(&["sum", "prod", "reduce_max", "reduce_min"]),
+                        D::I | D::B => *self.c.pick(&["sum", "prod"]),
                     };
-                    let e = format!("{op}({}, {axis})", self.expr(&Ty::Arr(dt, big), s, d));
-                    if dt == D::U && op == "sum" { format!("({e} as u8)") } else { e }
-                }
+                    (format!("{op}({}, {axis})", self.expr(&Ty::Arr(dt, big), s, d)), op)
+                };
+                // Bytes add up and multiply in u32.
+                if dt == D::U && matches!(op, "sum" | "prod") { format!("({e} as u8)") } else { e }
             }
             5 if dt == D::F && !sym && shape.len() <= 2 => {
                 // `@` in NumPy's four forms.
