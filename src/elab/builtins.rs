@@ -16,6 +16,8 @@ use crate::types::{Dim, Ty};
 pub(crate) const NAMES: &[&str] = &[
     "exp",
     "log",
+    "log1p",
+    "logistic",
     "tanh",
     "sqrt",
     "abs",
@@ -75,7 +77,7 @@ impl Elab<'_> {
     pub(super) fn array_builtin(&mut self, func: &ast::Ident, args: &[ast::Expr], span: Span) -> Option<Val> {
         let name = func.name.as_str();
         let (min, max) = match name {
-            "exp" | "log" | "tanh" | "sqrt" | "abs" | "floor" | "sin" | "cos" => (1, 1),
+            "exp" | "log" | "log1p" | "logistic" | "tanh" | "sqrt" | "abs" | "floor" | "sin" | "cos" => (1, 1),
             "logsumexp" | "softmax" | "arange" | "zeros" | "ones" | "stop_gradient" => (1, 1),
             "min" | "max" | "reshape" | "full" => (2, 2),
             "clamp" | "where" | "set" => (3, 3),
@@ -99,10 +101,12 @@ impl Elab<'_> {
             }));
         }
         Some(match name {
-            "exp" | "log" | "tanh" | "sqrt" | "floor" | "sin" | "cos" => {
+            "exp" | "log" | "log1p" | "logistic" | "tanh" | "sqrt" | "floor" | "sin" | "cos" => {
                 let op = match name {
                     "exp" => UnaryOp::Exp,
                     "log" => UnaryOp::Log,
+                    "log1p" => UnaryOp::Log1p,
+                    "logistic" => UnaryOp::Logistic,
                     "tanh" => UnaryOp::Tanh,
                     "sqrt" => UnaryOp::Sqrt,
                     "floor" => UnaryOp::Floor,

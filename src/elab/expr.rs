@@ -271,7 +271,9 @@ impl Elab<'_> {
         // `Params { layer: dense_init(key) }`): from the declaration of a struct without
         // generics, else from an expected type of this struct.
         let known = match item.map(|r| (r, self.prog.item(r))) {
-            Some((r, ast::Item::Struct(s))) if s.generics.is_empty() => Some(self.struct_def(r, s, &[]).0.fields.clone()),
+            Some((r, ast::Item::Struct(s))) if s.generics.is_empty() => {
+                Some(self.struct_def(r, s, &[]).0.fields.clone())
+            }
             Some((r, ast::Item::Struct(_))) => match expected {
                 Some(Ty::Struct(def, args)) if matches!(&def.origin, Origin::Item(o, _) if *o == r) => {
                     Some(Ty::struct_fields(def, args))

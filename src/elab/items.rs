@@ -343,7 +343,9 @@ impl<'p> Elab<'p> {
     /// written type.
     fn type_arg(&mut self, a: &ast::TypeArg, what: &str) -> Ty {
         match a {
-            ast::TypeArg::Dim(ast::DimExpr::Name(id)) => self.resolve_ty(&crate::syntax::parser::word_type(id.clone(), id.span)),
+            ast::TypeArg::Dim(ast::DimExpr::Name(id)) => {
+                self.resolve_ty(&crate::syntax::parser::word_type(id.clone(), id.span))
+            }
             ast::TypeArg::Type(t) => self.resolve_ty(t),
             ast::TypeArg::Dim(d) => self.err(TypeError::ExpectedType { what: what.into(), span: d.span() }).ty,
         }

@@ -17,8 +17,23 @@ use crate::types::error::TypeError;
 use std::collections::HashMap;
 
 /// The builtins that map over the leaves of a record.
-const LEAFWISE: &[&str] =
-    &["exp", "log", "tanh", "sqrt", "abs", "floor", "sin", "cos", "min", "max", "clamp", "where", "zeros_like"];
+const LEAFWISE: &[&str] = &[
+    "exp",
+    "log",
+    "log1p",
+    "logistic",
+    "tanh",
+    "sqrt",
+    "abs",
+    "floor",
+    "sin",
+    "cos",
+    "min",
+    "max",
+    "clamp",
+    "where",
+    "zeros_like",
+];
 
 pub(super) fn is_tree(t: &Ty) -> bool {
     matches!(t, Ty::Tuple(_) | Ty::Struct(..))

@@ -52,6 +52,9 @@ pub enum UnaryOp {
     Cos,
     /// `log(1 + x)`, accurate near 0 (XLA's `log-plus-one`).
     Log1p,
+    /// The logistic sigmoid `1 / (1 + e^-x)` (`lax.logistic`); its derivative is written
+    /// from the result, so it stays finite where `e^-x` overflows.
+    Logistic,
 }
 
 /// A binary elementwise operator. Both operands have the same dtype and shape: the IR
@@ -230,6 +233,9 @@ impl UnaryOp {
             UnaryOp::Sin => float_unop("sin", "stablehlo.sine", f32::sin),
             UnaryOp::Cos => float_unop("cos", "stablehlo.cosine", f32::cos),
             UnaryOp::Log1p => float_unop("log1p", "stablehlo.log_plus_one", log1p_f32),
+            UnaryOp::Logistic => {
+                float_unop("logistic", "stablehlo.logistic", |x| flush(1.0 / (1.0 + flush(flush(-x).exp()))))
+            }
         }
     }
 }
@@ -499,6 +505,13 @@ impl Rules for Unary {
             UnaryOp::Tanh => {
                 let (one, y2) = (full_like(b, 1.0, y), mul(b, y, y));
                 binary(b, BinaryOp::Sub, one, y2)
+            }
+            // `ct * y * (1 - y)`, associated as JAX's rule.
+            UnaryOp::Logistic => {
+                let one = full_like(b, 1.0, y);
+                let rest = binary(b, BinaryOp::Sub, one, y);
+                let ct_y = mul(b, ct, y);
+                return Ok(vec![Some(mul(b, ct_y, rest))]);
             }
             UnaryOp::Sqrt => {
                 let two_y = binary(b, BinaryOp::Add, y, y);

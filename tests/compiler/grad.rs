@@ -168,6 +168,7 @@ fn cases() -> Vec<Case> {
         (UnaryOp::Floor, Gen::F32(vec![2, 3], 0.2, 0.8)),
         (UnaryOp::Sin, f32s(&[2, 3])),
         (UnaryOp::Cos, f32s(&[2, 3])),
+        (UnaryOp::Logistic, Gen::F32(vec![2, 3], -6.0, 6.0)),
     ] {
         cs.push(prim(format!("{op:?}"), unary(op), vec![arg]));
     }

@@ -194,7 +194,8 @@ fn cases() -> Vec<Case> {
     let mut cs = vec![];
 
     // unary on f32: random values, then the edge values
-    let transcendental = [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Log1p];
+    let transcendental =
+        [UnaryOp::Exp, UnaryOp::Log, UnaryOp::Tanh, UnaryOp::Sin, UnaryOp::Cos, UnaryOp::Log1p, UnaryOp::Logistic];
     for op in [
         UnaryOp::Neg,
         UnaryOp::Abs,
@@ -206,11 +207,12 @@ fn cases() -> Vec<Case> {
         UnaryOp::Sin,
         UnaryOp::Cos,
         UnaryOp::Log1p,
+        UnaryOp::Logistic,
     ] {
         let tol = if transcendental.contains(&op) { Tol::Ulps(4) } else { Tol::Exact };
         let (lo, hi) = match op {
             UnaryOp::Log | UnaryOp::Sqrt => (1e-3, 50.0),
-            UnaryOp::Exp => (-20.0, 20.0),
+            UnaryOp::Exp | UnaryOp::Logistic => (-20.0, 20.0),
             UnaryOp::Log1p => (-0.99, 5.0),
             UnaryOp::Neg
             | UnaryOp::Abs
@@ -238,6 +240,8 @@ fn cases() -> Vec<Case> {
     cs.push(case("Log1p f32 small", unary(UnaryOp::Log1p), vec![log1p_small], Tol::Exact));
     let log1p_edges = f32v(&[-1.0, -0.999_999_9, -0.414_213_57, 0.414_213_57, -0.414_213_54, 1e-5, -1e-20, 2e30]);
     cs.push(case("Log1p f32 range ends", unary(UnaryOp::Log1p), vec![log1p_edges], Tol::Ulps(4)));
+    let logistic_ends = f32v(&[-200.0, -104.0, -89.0, -88.7, -87.0, -17.0, 17.0, 88.7, 89.0, 200.0]);
+    cs.push(case("Logistic f32 range ends", unary(UnaryOp::Logistic), vec![logistic_ends], Tol::Ulps(4)));
     for op in [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Not] {
         cs.push(exact(format!("{op:?} i32"), unary(op), vec![i32v(&I32_EDGES)]));
     }

@@ -233,10 +233,11 @@ fn prim_cases() -> Vec<Case> {
         UnaryOp::Sin,
         UnaryOp::Cos,
         UnaryOp::Log1p,
+        UnaryOp::Logistic,
         UnaryOp::Not,
     ] {
         let (arg, tol) = match op {
-            UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sin | UnaryOp::Cos => (f32s(&s), Tol::Ulps(4)),
+            UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Logistic => (f32s(&s), Tol::Ulps(4)),
             UnaryOp::Log | UnaryOp::Log1p => (Gen::F32(s.to_vec(), 1e-3, 50.0), Tol::Ulps(4)),
             UnaryOp::Sqrt => (Gen::F32(s.to_vec(), 0.0, 50.0), Tol::Exact),
             UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Floor => (edgy(&s), Tol::Exact),
