@@ -7,9 +7,9 @@
 //! batched by `vmap`, differentiated by `grad`), structs, the generic struct `W<T>` with
 //! any type argument (`W<S0>`, `W<(f32, i32[2])>`, `W<f32[N]>` in a helper generic over
 //! `N`), tuples, `if`, `where`, `for` loops, indexing, slicing, `.set`, reductions, `@`,
-//! layout builtins and random draws. A
-//! program is a `main` and, sometimes, an `env` (discrete or `box` actions, sometimes an
-//! `auto_reset`) and an `agent` for it (sometimes with a carry).
+//! layout builtins and random draws. A program is a `main` and, sometimes, an `env`
+//! (discrete or `box` actions, sometimes an `auto_reset`) and an `agent` for it (sometimes
+//! with a carry).
 //!
 //! Choices are drawn from [`Choices`], which reads the fuzzer's bytes first and a seeded
 //! generator after them, so every program is reproducible from its seed or its bytes.
