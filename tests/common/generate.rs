@@ -877,7 +877,7 @@ impl Gen<'_> {
         let t = f(shape);
         match self.c.below(8) {
             0 => {
-                let u = self.c.pick(&["tanh", "abs", "-", "floor"]);
+                let u = self.c.pick(&["tanh", "abs", "-", "floor", "logistic"]);
                 format!("{u}({})", self.expr(&t, s, d))
             }
             // XLA's sine is accurate near zero, not to 1e-4 at 1e6 (as libm's is).
@@ -886,6 +886,7 @@ impl Gen<'_> {
                 format!("{u}(clamp({}, -8.0, 8.0))", self.expr(&t, s, d))
             }
             1 => format!("exp(tanh({}))", self.expr(&t, s, d)),
+            2 if self.c.chance(30) => format!("log1p(tanh({}) * 0.9)", self.expr(&t, s, d)),
             2 => {
                 let u = self.c.pick(&["sqrt", "log"]);
                 format!("{u}(abs({}) + 1.0)", self.expr(&t, s, d))
