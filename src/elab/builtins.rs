@@ -22,6 +22,9 @@ pub(crate) const NAMES: &[&str] = &[
     "sqrt",
     "abs",
     "floor",
+    "ceil",
+    "round",
+    "sign",
     "sin",
     "cos",
     "min",
@@ -77,7 +80,8 @@ impl Elab<'_> {
     pub(super) fn array_builtin(&mut self, func: &ast::Ident, args: &[ast::Expr], span: Span) -> Option<Val> {
         let name = func.name.as_str();
         let (min, max) = match name {
-            "exp" | "log" | "log1p" | "logistic" | "tanh" | "sqrt" | "abs" | "floor" | "sin" | "cos" => (1, 1),
+            "exp" | "log" | "log1p" | "logistic" | "tanh" | "sqrt" | "abs" | "floor" | "ceil" | "round" | "sign"
+            | "sin" | "cos" => (1, 1),
             "logsumexp" | "softmax" | "arange" | "zeros" | "ones" | "stop_gradient" => (1, 1),
             "min" | "max" | "reshape" | "full" => (2, 2),
             "clamp" | "where" | "set" => (3, 3),
@@ -101,7 +105,7 @@ impl Elab<'_> {
             }));
         }
         Some(match name {
-            "exp" | "log" | "log1p" | "logistic" | "tanh" | "sqrt" | "floor" | "sin" | "cos" => {
+            "exp" | "log" | "log1p" | "logistic" | "tanh" | "sqrt" | "floor" | "ceil" | "round" | "sin" | "cos" => {
                 let op = match name {
                     "exp" => UnaryOp::Exp,
                     "log" => UnaryOp::Log,
@@ -110,11 +114,17 @@ impl Elab<'_> {
                     "tanh" => UnaryOp::Tanh,
                     "sqrt" => UnaryOp::Sqrt,
                     "floor" => UnaryOp::Floor,
+                    "ceil" => UnaryOp::Ceil,
+                    "round" => UnaryOp::Round,
                     "sin" => UnaryOp::Sin,
                     _ => UnaryOp::Cos,
                 };
                 let v = self.float_arg(name, &args[0]);
                 self.map1(v, op)
+            }
+            "sign" => {
+                let v = self.array_arg(name, &args[0], |d| matches!(d, DType::F32 | DType::I32), "f32 or i32");
+                self.map1(v, UnaryOp::Sign)
             }
             "abs" => {
                 let v = self.array_arg(name, &args[0], |d| d != DType::Bool, "a number");

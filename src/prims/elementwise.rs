@@ -46,6 +46,12 @@ pub enum UnaryOp {
     Abs,
     /// Rounds toward negative infinity.
     Floor,
+    /// Rounds toward positive infinity.
+    Ceil,
+    /// Rounds to the nearest integer, halves to even (`jnp.round`).
+    Round,
+    /// -1, 0 or 1 by the sign; on f32, `-0.0` and NaN are themselves (`jnp.sign`).
+    Sign,
     /// Sine.
     Sin,
     /// Cosine.
@@ -230,6 +236,18 @@ impl UnaryOp {
             UnaryOp::Tanh => float_unop("tanh", "stablehlo.tanh", f32::tanh),
             UnaryOp::Sqrt => float_unop("sqrt", "stablehlo.sqrt", |x| flush(x).sqrt()),
             UnaryOp::Floor => float_unop("floor", "stablehlo.floor", |x| flush(x).floor()),
+            UnaryOp::Ceil => float_unop("ceil", "stablehlo.ceil", |x| flush(x).ceil()),
+            UnaryOp::Round => float_unop("round", "stablehlo.round_nearest_even", |x| flush(x).round_ties_even()),
+            UnaryOp::Sign => Row {
+                name: "sign",
+                hlo: "stablehlo.sign",
+                fns: Fns {
+                    f32: Some(|x| if flush(x) == 0.0 || x.is_nan() { flush(x) } else { 1.0f32.copysign(x) }),
+                    i32: Some(i32::signum),
+                    u32: None,
+                    bool: None,
+                },
+            },
             UnaryOp::Sin => float_unop("sin", "stablehlo.sine", f32::sin),
             UnaryOp::Cos => float_unop("cos", "stablehlo.cosine", f32::cos),
             UnaryOp::Log1p => float_unop("log1p", "stablehlo.log_plus_one", log1p_f32),
@@ -483,8 +501,8 @@ impl Rules for Unary {
         vectorized(b, Prim::Unary(self.clone()), args)
     }
 
-    /// The derivatives JAX gives: `abs` has `sign(x)` (0 at 0), `floor` none (zero
-    /// wherever it exists), and `not` is defined on integers and bool only.
+    /// The derivatives JAX gives: `abs` has `sign(x)` (0 at 0), the roundings and `sign`
+    /// none (zero wherever it exists), and `not` is defined on integers and bool only.
     fn vjp(
         &self,
         b: &mut Builder,
@@ -518,7 +536,7 @@ impl Rules for Unary {
                 return Ok(vec![Some(binary(b, BinaryOp::Div, ct, two_y))]);
             }
             UnaryOp::Abs => sign(b, x),
-            UnaryOp::Floor => return Ok(vec![None]),
+            UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Sign => return Ok(vec![None]),
             UnaryOp::Sin => unary(b, UnaryOp::Cos, x),
             UnaryOp::Cos => {
                 let s = unary(b, UnaryOp::Sin, x);

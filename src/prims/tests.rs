@@ -95,6 +95,13 @@ fn unary_arithmetic() {
     assert_eq!(ev1(un(UnaryOp::Abs), vec![i(&[2], &[i32::MIN, -3])]), i(&[2], &[i32::MIN, 3]));
     assert_eq!(bits(&ev1(un(UnaryOp::Abs), vec![f(&[2], &[-0.5, -0.0])])), bits(&f(&[2], &[0.5, 0.0])));
     assert_eq!(bits(&ev1(un(UnaryOp::Floor), vec![f(&[3], &[-1.5, 1.5, -0.0])])), bits(&f(&[3], &[-2.0, 1.0, -0.0])));
+    assert_eq!(bits(&ev1(un(UnaryOp::Ceil), vec![f(&[3], &[-1.5, 1.5, -0.5])])), bits(&f(&[3], &[-1.0, 2.0, -0.0])));
+    let halves = f(&[4], &[-2.5, -0.5, 0.5, 1.5]);
+    assert_eq!(bits(&ev1(un(UnaryOp::Round), vec![halves])), bits(&f(&[4], &[-2.0, -0.0, 0.0, 2.0])));
+    let signs = ev1(un(UnaryOp::Sign), vec![f(&[4], &[-3.0, -0.0, 1e-40, f32::NAN])]);
+    assert_eq!(bits(&signs)[..3], bits(&f(&[3], &[-1.0, -0.0, 0.0])));
+    assert!(f32s(&signs)[3].is_nan());
+    assert_eq!(ev1(un(UnaryOp::Sign), vec![i(&[3], &[i32::MIN, 0, 9])]), i(&[3], &[-1, 0, 1]));
     assert_eq!(ev1(un(UnaryOp::Sqrt), vec![f(&[2], &[4.0, 2.0])]), f(&[2], &[2.0, std::f32::consts::SQRT_2]));
 }
 

@@ -200,6 +200,9 @@ fn cases() -> Vec<Case> {
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Floor,
+        UnaryOp::Ceil,
+        UnaryOp::Round,
+        UnaryOp::Sign,
         UnaryOp::Sqrt,
         UnaryOp::Exp,
         UnaryOp::Log,
@@ -217,6 +220,9 @@ fn cases() -> Vec<Case> {
             UnaryOp::Neg
             | UnaryOp::Abs
             | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Sign
             | UnaryOp::Tanh
             | UnaryOp::Sin
             | UnaryOp::Cos
@@ -242,7 +248,10 @@ fn cases() -> Vec<Case> {
     cs.push(case("Log1p f32 range ends", unary(UnaryOp::Log1p), vec![log1p_edges], Tol::Ulps(4)));
     let logistic_ends = f32v(&[-200.0, -104.0, -89.0, -88.7, -87.0, -17.0, 17.0, 88.7, 89.0, 200.0]);
     cs.push(case("Logistic f32 range ends", unary(UnaryOp::Logistic), vec![logistic_ends], Tol::Ulps(4)));
-    for op in [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Not] {
+    // Halves, which round to even.
+    let halves = f32v(&[-3.5, -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, 4.5, 1e7 + 0.5]);
+    cs.push(exact("Round f32 halves", unary(UnaryOp::Round), vec![halves]));
+    for op in [UnaryOp::Neg, UnaryOp::Abs, UnaryOp::Not, UnaryOp::Sign] {
         cs.push(exact(format!("{op:?} i32"), unary(op), vec![i32v(&I32_EDGES)]));
     }
     for op in [UnaryOp::Neg, UnaryOp::Not] {

@@ -230,6 +230,8 @@ fn prim_cases() -> Vec<Case> {
         UnaryOp::Sqrt,
         UnaryOp::Abs,
         UnaryOp::Floor,
+        UnaryOp::Round,
+        UnaryOp::Sign,
         UnaryOp::Sin,
         UnaryOp::Cos,
         UnaryOp::Log1p,
@@ -240,7 +242,9 @@ fn prim_cases() -> Vec<Case> {
             UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Logistic => (f32s(&s), Tol::Ulps(4)),
             UnaryOp::Log | UnaryOp::Log1p => (Gen::F32(s.to_vec(), 1e-3, 50.0), Tol::Ulps(4)),
             UnaryOp::Sqrt => (Gen::F32(s.to_vec(), 0.0, 50.0), Tol::Exact),
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Floor => (edgy(&s), Tol::Exact),
+            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Sign => {
+                (edgy(&s), Tol::Exact)
+            }
             UnaryOp::Not => (i32s(&s), Tol::Exact),
         };
         cs.push(case(format!("{op:?}"), unary(op), vec![arg], tol));
