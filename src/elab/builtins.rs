@@ -12,6 +12,24 @@ use crate::syntax::span::Span;
 use crate::types::error::TypeError;
 use crate::types::{Dim, Ty};
 
+/// The elementwise builtins on `f32` that are one unary primitive each.
+pub(super) fn float_unary(name: &str) -> Option<UnaryOp> {
+    Some(match name {
+        "exp" => UnaryOp::Exp,
+        "log" => UnaryOp::Log,
+        "log1p" => UnaryOp::Log1p,
+        "logistic" => UnaryOp::Logistic,
+        "tanh" => UnaryOp::Tanh,
+        "sqrt" => UnaryOp::Sqrt,
+        "floor" => UnaryOp::Floor,
+        "ceil" => UnaryOp::Ceil,
+        "round" => UnaryOp::Round,
+        "sin" => UnaryOp::Sin,
+        "cos" => UnaryOp::Cos,
+        _ => return None,
+    })
+}
+
 /// Every builtin's name, for "did you mean" suggestions.
 pub(crate) const NAMES: &[&str] = &[
     "exp",
@@ -80,8 +98,8 @@ impl Elab<'_> {
     pub(super) fn array_builtin(&mut self, func: &ast::Ident, args: &[ast::Expr], span: Span) -> Option<Val> {
         let name = func.name.as_str();
         let (min, max) = match name {
-            "exp" | "log" | "log1p" | "logistic" | "tanh" | "sqrt" | "abs" | "floor" | "ceil" | "round" | "sign"
-            | "sin" | "cos" => (1, 1),
+            _ if float_unary(name).is_some() => (1, 1),
+            "abs" | "sign" => (1, 1),
             "logsumexp" | "softmax" | "arange" | "zeros" | "ones" | "stop_gradient" => (1, 1),
             "min" | "max" | "reshape" | "full" => (2, 2),
             "clamp" | "where" | "set" => (3, 3),
@@ -104,24 +122,11 @@ impl Elab<'_> {
                 decl: None,
             }));
         }
+        if let Some(op) = float_unary(name) {
+            let v = self.float_arg(name, &args[0]);
+            return Some(self.map1(v, op));
+        }
         Some(match name {
-            "exp" | "log" | "log1p" | "logistic" | "tanh" | "sqrt" | "floor" | "ceil" | "round" | "sin" | "cos" => {
-                let op = match name {
-                    "exp" => UnaryOp::Exp,
-                    "log" => UnaryOp::Log,
-                    "log1p" => UnaryOp::Log1p,
-                    "logistic" => UnaryOp::Logistic,
-                    "tanh" => UnaryOp::Tanh,
-                    "sqrt" => UnaryOp::Sqrt,
-                    "floor" => UnaryOp::Floor,
-                    "ceil" => UnaryOp::Ceil,
-                    "round" => UnaryOp::Round,
-                    "sin" => UnaryOp::Sin,
-                    _ => UnaryOp::Cos,
-                };
-                let v = self.float_arg(name, &args[0]);
-                self.map1(v, op)
-            }
             "sign" => {
                 let v = self.array_arg(name, &args[0], |d| matches!(d, DType::F32 | DType::I32), "f32 or i32");
                 self.map1(v, UnaryOp::Sign)

@@ -16,27 +16,11 @@ use crate::types::Ty;
 use crate::types::error::TypeError;
 use std::collections::HashMap;
 
-/// The builtins that map over the leaves of a record.
-const LEAFWISE: &[&str] = &[
-    "exp",
-    "log",
-    "log1p",
-    "logistic",
-    "tanh",
-    "sqrt",
-    "abs",
-    "floor",
-    "ceil",
-    "round",
-    "sign",
-    "sin",
-    "cos",
-    "min",
-    "max",
-    "clamp",
-    "where",
-    "zeros_like",
-];
+/// Whether the builtin `name` maps over the leaves of a record.
+fn leafwise(name: &str) -> bool {
+    super::builtins::float_unary(name).is_some()
+        || matches!(name, "abs" | "sign" | "min" | "max" | "clamp" | "where" | "zeros_like")
+}
 
 pub(super) fn is_tree(t: &Ty) -> bool {
     matches!(t, Ty::Tuple(_) | Ty::Struct(..))
@@ -99,7 +83,7 @@ impl Elab<'_> {
     pub(super) fn leafwise_builtin(&mut self, func: &ast::Ident, args: &[ast::Expr], span: Span) -> Option<Val> {
         let name = func.name.as_str();
         let whole_sum = name == "sum" && args.len() == 1;
-        if !LEAFWISE.contains(&name) && !whole_sum {
+        if !leafwise(name) && !whole_sum {
             return None;
         }
         let vals: Vec<Val> = args.iter().map(|a| self.expr(a)).collect();
