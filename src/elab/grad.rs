@@ -207,6 +207,7 @@ fn describe(prim: &Prim) -> String {
         | Prim::Reduce(_)
         | Prim::Argmax(_)
         | Prim::Argsort(_)
+        | Prim::Threefry(_)
         | Prim::Dot(_)
         | Prim::Conv(_)
         | Prim::WindowMax(_)

@@ -26,19 +26,29 @@ impl Elab<'_> {
 
     /// Applies a single-result primitive to concrete values.
     pub(crate) fn apply(&mut self, prim: Prim, args: &[&Val]) -> Val {
+        self.apply_all(prim, args).remove(0)
+    }
+
+    /// [`Elab::apply`] for a primitive with several results; after an error, one error
+    /// value.
+    pub(crate) fn apply_all(&mut self, prim: Prim, args: &[&Val]) -> Vec<Val> {
         if let Some(known) = args.iter().map(|v| v.known.as_ref()).collect::<Option<Vec<&Array>>>() {
-            let out = prim.rules().eval(&known).remove(0);
-            let ty = array_ty(&out.ty());
-            return self.known_val(out, ty, false);
+            let outs = prim.rules().eval(&known);
+            return outs
+                .into_iter()
+                .map(|out| {
+                    let ty = array_ty(&out.ty());
+                    self.known_val(out, ty, false)
+                })
+                .collect();
         }
         // After an error (reported, and returned by `finish`), building goes on without arrays.
         let Some(vars) = args.iter().map(|v| v.vars.first().copied()).collect::<Option<Vec<Var>>>() else {
-            return Val::error();
+            return vec![Val::error()];
         };
         let b = self.b.as_mut().expect("apply on unknown values happens in build mode");
-        let out = b.prim1(prim, &vars);
-        let ty = array_ty(b.ty(out));
-        Val::of(ty, vec![out])
+        let outs = b.prim(prim, &vars);
+        outs.into_iter().map(|out| Val::of(array_ty(b.ty(out)), vec![out])).collect()
     }
 
     /// Broadcasts a concrete array value to `dims` (NumPy rules, already checked).

@@ -4,8 +4,9 @@
 //! builtin gives the same bits as its `jax.random` namesake under JAX's default
 //! configuration (threefry2x32, `jax_threefry_partitionable=True`, 32-bit types):
 //!
-//! - the threefry2x32 hash (Random123's 20 rounds) is written out with u32 add, xor, shifts
-//!   and or, so the interpreter and every backend compute the same bits;
+//! - the threefry2x32 hash (Random123's 20 rounds) is the primitive
+//!   [`Threefry`](crate::prims::Threefry), lowered to u32 add, xor, shifts and or, so
+//!   the interpreter and every backend compute the same bits;
 //! - a draw of shape `S` hashes the counter pairs `(0, i)`, `i` the row-major index in `S`
 //!   (jax's `iota_2x32_shape`; the high word is 0 below 2^32 elements), and keeps the xor
 //!   of the two output words (`_threefry_random_bits_partitionable`);
@@ -22,7 +23,7 @@
 //! (computed by the interpreter's rules). A run-time key gives IR that broadcasts scalar
 //! constants rather than holding full-size ones, so large draws stay small in the IR.
 
-use super::ops::{array_ty, dims_of, known_shape};
+use super::ops::{dims_of, known_shape};
 use super::{Elab, Val};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::prims::*;
@@ -40,12 +41,6 @@ pub(crate) const NAMES: &[&str] =
 pub(crate) fn key_ty() -> Ty {
     Ty::Array(DType::U32, vec![Dim::Known(2)])
 }
-
-/// threefry2x32's rotation distances, for the even and the odd groups of four rounds.
-const ROTATIONS: [[u32; 4]; 2] = [[13, 15, 26, 6], [17, 29, 16, 24]];
-
-/// The key schedule's parity constant (Threefish's C240): `ks[2] = k0 ^ k1 ^ C240`.
-const KS_PARITY: u32 = 0x1BD1_1BDA;
 
 /// jax's uniform floats are `bitcast((bits >> 9) | 0x3F800000) - 1`, i.e. `1 + m * 2^-23`
 /// minus 1 with `m < 2^23`: exactly `m * 2^-23`, which needs no bitcast.
@@ -571,87 +566,11 @@ impl Elab<'_> {
     }
 
     /// The threefry2x32 hash of the counter pairs `(x0, x1)` (u32 arrays of one shape)
-    /// under the key `(k0, k1)` (u32 scalars), as jax's `_threefry2x32_lowering`: five
-    /// groups of four rounds, the key injected before the first and after each group.
-    ///
-    /// Unless everything is known (then it all folds), groups 2-5 are a loop of two
-    /// trips, each trip two groups: jax rolls the five groups into a five-trip loop on
-    /// CPU for the same reason. Unrolled, a draw is 80 dependent operations that XLA
-    /// fuses with their neighbours into loops LLVM's vectoriser takes minutes on (XLA
-    /// 0.11 never finishes); two groups per trip keep the rotation distances constants
-    /// and pay for half as many trips as jax's loop.
+    /// under the key `(k0, k1)` (u32 scalars): the primitive, folded when all is known.
     fn threefry(&mut self, k0: &Val, k1: &Val, x0: Val, x1: Val) -> (Val, Val) {
-        let parity = self.u32c(KS_PARITY);
-        let k01 = self.bin(BinaryOp::Xor, k0, k1);
-        let ks = [k0.clone(), k1.clone(), self.bin(BinaryOp::Xor, &k01, &parity)];
-        let x0 = self.add_scalar(&x0, &ks[0]);
-        let x1 = self.add_scalar(&x1, &ks[1]);
-        let one = self.u32c(1);
-        let (x0, x1) = self.threefry_group(x0, x1, 0, &ks[1], &ks[2], &one);
-        // Trip `j` runs groups 2 + 2j and 3 + 2j, injecting `ks[(c + t) % 3]` for
-        // `c = 2 + 2j`: the schedule rotated by 2, then by 1. The loop reads the key
-        // words as loop constants and picks them by trip (carrying them rotated would
-        // cost XLA a copy of each every trip).
-        let rotated = |r: usize| [0, 1, 2].map(|t| ks[(r + t) % 3].clone());
-        if [&x0, &x1, &ks[2]].iter().all(|v| v.known.is_some()) {
-            let (mut x0, mut x1) = (x0, x1);
-            for trip in 0..2 {
-                let count = self.u32c(2 + 2 * trip as u32);
-                (x0, x1) = self.threefry_trip(x0, x1, &rotated(2 + 2 * trip), &count);
-            }
-            return (x0, x1);
-        }
-        let init = [x0.vars[0], x1.vars[0]];
-        let b = self.b.as_mut().expect("an unknown hash is built");
-        let i = b.fresh(ArrayTy::scalar(DType::I32));
-        b.begin_loop();
-        let carries = init.map(|v| Val::of(array_ty(b.ty(v)), vec![b.fresh(b.ty(v).clone())]));
-        let trip = Val::of(Ty::scalar(DType::I32), vec![i]);
-        let zero = self.known_val(Array::i32(vec![], vec![0]), Ty::scalar(DType::I32), false);
-        let first = self.apply(Prim::Compare(Compare { op: CmpOp::Eq }), &[&trip, &zero]);
-        let (second, first_ks) = (rotated(1), rotated(2));
-        let schedule = [0, 1, 2].map(|t| self.apply(Prim::Select(Select), &[&first, &first_ks[t], &second[t]]));
-        let trip = self.u32_bits(&trip);
-        let two = self.u32c(2);
-        let twice = self.bin(BinaryOp::Add, &trip, &trip);
-        let count = self.bin(BinaryOp::Add, &twice, &two);
-        let [x0, x1] = carries.clone();
-        let (y0, y1) = self.threefry_trip(x0, x1, &schedule, &count);
-        let mut params = vec![i];
-        params.extend(carries.iter().map(|c| c.vars[0]));
-        let b = self.b.as_mut().expect("building");
-        let outs = b.end_loop(0, 2, &init, params, vec![y0.vars[0], y1.vars[0]]);
-        let out = |j: usize| Val::of(array_ty(b.ty(outs[j])), vec![outs[j]]);
-        (out(0), out(1))
-    }
-
-    /// Two groups of threefry2x32, the first with the odd groups' rotation distances:
-    /// the injections `count` and `count + 1`, from the key schedule `ks` rotated to
-    /// injection `count`.
-    fn threefry_trip(&mut self, x0: Val, x1: Val, ks: &[Val; 3], count: &Val) -> (Val, Val) {
-        let (x0, x1) = self.threefry_group(x0, x1, 1, &ks[0], &ks[1], count);
-        let one = self.u32c(1);
-        let next = self.bin(BinaryOp::Add, count, &one);
-        self.threefry_group(x0, x1, 0, &ks[1], &ks[2], &next)
-    }
-
-    /// One group of threefry2x32: four rounds with the rotation distances `ROTATIONS[set]`,
-    /// then the key injection `x0 += ka; x1 += kb + count`.
-    fn threefry_group(&mut self, x0: Val, x1: Val, set: usize, ka: &Val, kb: &Val, count: &Val) -> (Val, Val) {
-        let (mut x0, mut x1) = (x0, x1);
-        for r in ROTATIONS[set] {
-            x0 = self.bin(BinaryOp::Add, &x0, &x1);
-            let (left, right) = (self.u32c(r), self.u32c(32 - r));
-            let (left, right) = (self.splat(&left, &x1), self.splat(&right, &x1));
-            let hi = self.bin(BinaryOp::ShiftLeft, &x1, &left);
-            let lo = self.bin(BinaryOp::ShiftRightLogical, &x1, &right);
-            let rotated = self.bin(BinaryOp::Or, &hi, &lo);
-            x1 = self.bin(BinaryOp::Xor, &x0, &rotated);
-        }
-        let x0 = self.add_scalar(&x0, ka);
-        let k = self.bin(BinaryOp::Add, kb, count);
-        let x1 = self.add_scalar(&x1, &k);
-        (x0, x1)
+        let mut outs = self.apply_all(Prim::Threefry(Threefry), &[k0, k1, &x0, &x1]).into_iter();
+        let mut next = || outs.next().unwrap_or_else(Val::error);
+        (next(), next())
     }
 
     /// The two words of a key, as u32 scalars.
@@ -709,12 +628,6 @@ impl Elab<'_> {
         self.broadcast_to(&Val { known: None, ..s.clone() }, &dims)
     }
 
-    /// `x + s` for a scalar `s`.
-    fn add_scalar(&mut self, x: &Val, s: &Val) -> Val {
-        let s = self.splat(s, x);
-        self.bin(BinaryOp::Add, x, &s)
-    }
-
     /// An integer's bits as u32.
     fn u32_bits(&mut self, v: &Val) -> Val {
         match &v.ty {
@@ -736,14 +649,7 @@ impl Elab<'_> {
 mod tests {
     use super::*;
     use crate::ir::build::Builder;
-
-    /// Random123's known-answer vectors for threefry2x32 with 20 rounds:
-    /// (key, counter, output).
-    const KAT: [([u32; 2], [u32; 2], [u32; 2]); 3] = [
-        ([0, 0], [0, 0], [0x6B20_0159, 0x99BA_4EFE]),
-        ([u32::MAX, u32::MAX], [u32::MAX, u32::MAX], [0x1CB9_96FC, 0xBB00_2BE7]),
-        ([0x1319_8A2E, 0x0370_7344], [0x243F_6A88, 0x85A3_08D3], [0xC492_3A9C, 0x483D_F7A0]),
-    ];
+    use crate::prims::threefry::KAT;
 
     fn words(v: &Val) -> Vec<u32> {
         match v.known.as_ref().map(|a| &a.data) {
@@ -753,7 +659,7 @@ mod tests {
     }
 
     #[test]
-    fn threefry_known_answers_folded() {
+    fn threefry_folds_when_known() {
         let (prog, _) = crate::resolve::load_source("kat.pod", "", vec![]);
         let mut cx = Elab::new(&prog, &[], None);
         for (k, x, want) in KAT {
@@ -763,8 +669,7 @@ mod tests {
         }
     }
 
-    /// The emitted IR (keys and counters unknown), run by the interpreter: the three
-    /// vectors at once, the keys broadcast over the counters.
+    /// The emitted IR (keys and counters unknown) verifies, and the interpreter runs it.
     #[test]
     fn threefry_known_answers_emitted() {
         let (prog, _) = crate::resolve::load_source("kat.pod", "", vec![]);

@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use crate::array::{Array, ArrayTy, DType};
 use crate::ir::{Func, Graph, Op, Var};
-use crate::prims::emit::{LowerCx, fn_type, tensor_type};
+use crate::prims::emit::{LowerCx, block_header, fn_type, tensor_type};
 
 /// Lowers `f` to a complete StableHLO module whose entry point is `@main` (what PJRT
 /// runs); `f.name` becomes the module's name. `num_replicas` must equal the replica count in the
@@ -156,13 +156,6 @@ fn lower_loop(
     cx.close(&format!("}}) : {}", fn_type(&tys, &tys)));
 
     (1 + n_consts..k).map(|j| format!("{w}#{j}")).collect()
-}
-
-/// `^bb0(%a: tensor<..>, ...):`, the entry block of a region. Block labels are local to
-/// their region, so every region can use `^bb0`.
-fn block_header(params: &[String], tys: &[ArrayTy]) -> String {
-    let ps: Vec<String> = params.iter().zip(tys).map(|(p, t)| format!("{p}: {}", tensor_type(t))).collect();
-    format!("^bb0({}):", ps.join(", "))
 }
 
 /// A loop bound as the i32 the loop counter holds. `ir::verify` rejects bounds outside

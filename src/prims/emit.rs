@@ -180,6 +180,13 @@ pub fn tensor_type(ty: &ArrayTy) -> String {
     s
 }
 
+/// `^bb0(%a: tensor<..>, ...):`, the entry block of a region. Block labels are local to
+/// their region, so every region can use `^bb0`.
+pub fn block_header(params: &[String], tys: &[ArrayTy]) -> String {
+    let ps: Vec<String> = params.iter().zip(tys).map(|(p, t)| format!("{p}: {}", tensor_type(t))).collect();
+    format!("^bb0({}):", ps.join(", "))
+}
+
 /// A function type, `(tensor<f32>, tensor<f32>) -> tensor<f32>`; results are
 /// parenthesised unless there is exactly one.
 pub fn fn_type(args: &[ArrayTy], outs: &[ArrayTy]) -> String {

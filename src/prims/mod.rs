@@ -20,6 +20,7 @@ pub mod layout;
 pub mod literal;
 pub mod reduce;
 pub mod sort;
+pub mod threefry;
 pub mod util;
 pub mod window;
 
@@ -44,6 +45,7 @@ pub use layout::{Broadcast, Concat, Reshape, Reverse, Transpose};
 pub use literal::{Constant, Iota};
 pub use reduce::{Argmax, Reduce, ReduceOp};
 pub use sort::Argsort;
+pub use threefry::Threefry;
 pub use window::{SelectAndGatherAdd, SelectAndScatterAdd, WindowMax, Windows};
 
 /// The rules every primitive provides.
@@ -140,6 +142,9 @@ pub enum Prim {
     // sorting
     /// Indices that sort along an axis (stable).
     Argsort(Argsort),
+    // random bits
+    /// The threefry2x32 hash of counter pairs under keys.
+    Threefry(Threefry),
     // linear algebra
     /// `dot_general`: contraction with batch dimensions.
     Dot(Dot),
@@ -184,6 +189,7 @@ impl Prim {
             Prim::Reduce(p) => p,
             Prim::Argmax(p) => p,
             Prim::Argsort(p) => p,
+            Prim::Threefry(p) => p,
             Prim::Dot(p) => p,
             Prim::Conv(p) => p,
             Prim::WindowMax(p) => p,

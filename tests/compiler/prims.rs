@@ -40,7 +40,7 @@ use podracer::lower::lower_module;
 use podracer::prims::{
     AllReduce, AllReduceOp, Argmax, Argsort, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert,
     Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Reverse, Select, Slice, StopGradient,
-    Transpose, Unary, UnaryOp,
+    Threefry, Transpose, Unary, UnaryOp,
 };
 use podracer::runtime::{Client, Runtime};
 
@@ -565,6 +565,15 @@ fn cases() -> Vec<Case> {
         argmax(1),
         vec![Array::new(vec![2, 3], Data::Bool(vec![false, true, true, false, false, false]))],
     ));
+
+    // threefry2x32: a scalar key over every counter, and keys over the rows below them
+    let threefry = Prim::Threefry(Threefry);
+    let u32_array = |shape: Vec<usize>, v: Vec<u32>| Array::new(shape, Data::U32(v));
+    let scalar_key = vec![rng.u32s(&[]), u32_array(vec![], vec![u32::MAX]), rng.u32s(&[4, 8]), rng.u32s(&[4, 8])];
+    cs.push(exact("threefry scalar key", threefry.clone(), scalar_key));
+    let k1 = u32_array(vec![2, 3], vec![0, 1, 2, u32::MAX, 7, 0x8000_0000]);
+    let keys = vec![rng.u32s(&[2, 3]), k1, rng.u32s(&[2, 3, 5]), u32_array(vec![2, 3, 5], vec![0; 30])];
+    cs.push(exact("threefry keys [2, 3]", threefry, keys));
 
     // argsort: stable; f32 keys in JAX's order (-0 == 0, NaNs equal and last)
     let argsort = |axis| Prim::Argsort(Argsort { axis });

@@ -31,7 +31,7 @@ use podracer::prims::batching::{BVal, batched_ty, bdim_at};
 use podracer::prims::{
     AllReduce, AllReduceOp, Argmax, Argsort, Binary, BinaryOp, Broadcast, CmpOp, Compare, Concat, Constant, Convert,
     Dot, DynamicSlice, DynamicUpdateSlice, Iota, Prim, Reduce, ReduceOp, Reshape, Reverse, Select, Slice, StopGradient,
-    Transpose, Unary, UnaryOp,
+    Threefry, Transpose, Unary, UnaryOp,
 };
 use podracer::transform::vmap::{batch_into, vmap};
 
@@ -403,6 +403,10 @@ fn prim_cases() -> Vec<Case> {
     cs.push(exact("argsort axis 1", argsort(1), vec![edgy(&[3, 4])]));
     cs.push(exact("argsort axis 0 ties", argsort(0), vec![Gen::I32(vec![4, 3], -2, 2)]));
     cs.push(exact("argsort u32 3d", argsort(2), vec![Gen::U32(vec![2, 3, 2])]));
+    let (key, counters) = (Gen::U32(vec![]), Gen::U32(vec![2, 3]));
+    cs.push(exact("threefry scalar key", Prim::Threefry(Threefry), vec![key.clone(), key, counters.clone(), counters]));
+    let (keys, counters) = (Gen::U32(vec![2]), Gen::U32(vec![2, 3]));
+    cs.push(exact("threefry keys [2]", Prim::Threefry(Threefry), vec![keys.clone(), keys, counters.clone(), counters]));
     cs.push(exact("pmean", Prim::AllReduce(AllReduce { op: AllReduceOp::Mean }), vec![edgy(&s)]));
     cs.push(exact("psum i32", Prim::AllReduce(AllReduce { op: AllReduceOp::Sum }), vec![i32s(&s)]));
 
@@ -866,6 +870,7 @@ fn on_device(i: &Instance) -> bool {
         | Prim::Reduce(_)
         | Prim::Argmax(_)
         | Prim::Argsort(_)
+        | Prim::Threefry(_)
         | Prim::Dot(_)
         | Prim::Conv(_)
         | Prim::WindowMax(_)
