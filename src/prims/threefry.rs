@@ -1,5 +1,6 @@
 //! The threefry2x32 hash (Random123's 20 rounds), the primitive under every random
-//! builtin, as JAX's `threefry2x32_p`.
+//! builtin, as JAX's `threefry2x32_p`. It is made of u32 operations, but as one primitive
+//! its lowering is decided in one place and the interpreter hashes in Rust.
 //!
 //! Lowered to u32 adds, xors, shifts and ors, so every backend computes the bits the
 //! interpreter does. The first of the five groups of four rounds runs in line; groups 2-5

@@ -566,14 +566,19 @@ fn cases() -> Vec<Case> {
         vec![Array::new(vec![2, 3], Data::Bool(vec![false, true, true, false, false, false]))],
     ));
 
-    // threefry2x32: a scalar key over every counter, and keys over the rows below them
+    // threefry2x32: a scalar key over every counter, keys over the rows below them, one pair
     let threefry = Prim::Threefry(Threefry);
     let u32_array = |shape: Vec<usize>, v: Vec<u32>| Array::new(shape, Data::U32(v));
     let scalar_key = vec![rng.u32s(&[]), u32_array(vec![], vec![u32::MAX]), rng.u32s(&[4, 8]), rng.u32s(&[4, 8])];
     cs.push(exact("threefry scalar key", threefry.clone(), scalar_key));
     let k1 = u32_array(vec![2, 3], vec![0, 1, 2, u32::MAX, 7, 0x8000_0000]);
     let keys = vec![rng.u32s(&[2, 3]), k1, rng.u32s(&[2, 3, 5]), u32_array(vec![2, 3, 5], vec![0; 30])];
-    cs.push(exact("threefry keys [2, 3]", threefry, keys));
+    cs.push(exact("threefry keys [2, 3]", threefry.clone(), keys));
+    // One counter pair.
+    let one_pair = vec![rng.u32s(&[]), rng.u32s(&[]), u32_array(vec![], vec![0]), rng.u32s(&[])];
+    cs.push(exact("threefry one pair", threefry.clone(), one_pair));
+    let one_pair = vec![rng.u32s(&[1]), rng.u32s(&[1]), rng.u32s(&[1, 1]), rng.u32s(&[1, 1])];
+    cs.push(exact("threefry one pair [1, 1]", threefry, one_pair));
 
     // argsort: stable; f32 keys in JAX's order (-0 == 0, NaNs equal and last)
     let argsort = |axis| Prim::Argsort(Argsort { axis });
