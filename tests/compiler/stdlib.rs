@@ -179,7 +179,7 @@ fn layer_initialisers_match_jax() {
 
 #[test]
 fn layers_and_their_gradients_match_jax() {
-    against_reference("nn", &["dense", "mlp_tanh", "mlp_relu", "relu", "smooth"], TOL);
+    against_reference("nn", &["dense", "mlp_tanh", "mlp_relu", "relu", "smooth", "activations", "layer_norm"], TOL);
 }
 
 /// The Nature and IMPALA CNNs against CleanRL's and Cleanba's flax modules, with the
