@@ -302,6 +302,11 @@ fn a2c_and_ppo_losses_and_gradients_match_references() {
     against_reference("rl", &["a2c", "ppo"], TOL);
 }
 
+#[test]
+fn lambda_returns_and_huber_loss_with_their_gradients_match_references() {
+    against_reference("rl", &["lambda_returns", "huber"], TOL);
+}
+
 // ---------------------------------------------------------------------------------------
 // std::optim
 
@@ -313,4 +318,9 @@ fn sgd_and_global_norm_clipping_match_optax() {
 #[test]
 fn adam_and_rmsprop_trajectories_match_optax() {
     against_reference("optim", &["adam", "rmsprop", "adam_train"], TOL);
+}
+
+#[test]
+fn adamw_polyak_averaging_and_linear_schedules_match_optax() {
+    against_reference("optim", &["adamw", "incremental_update", "linear_schedule"], TOL);
 }
