@@ -5,7 +5,8 @@
 //! its printer name, its StableHLO op and its scalar function on every dtype it accepts.
 //! The shared code below turns a row into all three rules: the type rule accepts exactly
 //! the dtypes that have a function, evaluation maps the function over the elements, and
-//! lowering emits the one StableHLO op (f32 max and min excepted, see `lower_binary`).
+//! lowering emits the one StableHLO op (f32 max and min, and so relu, excepted, see
+//! `lower_binary`).
 //!
 //! The scalar functions follow XLA on CPU, the device the results are checked against
 //! (`tests/compiler/prims.rs` compares them bit for bit):
@@ -61,6 +62,9 @@ pub enum UnaryOp {
     /// The logistic sigmoid `1 / (1 + e^-x)` (`lax.logistic`); its derivative is written
     /// from the result, so it stays finite where `e^-x` overflows.
     Logistic,
+    /// The rectified linear unit `max(x, 0)`, NaN-propagating as `max`; its derivative is
+    /// `jax.nn.relu`'s, 1 above 0 and 0 elsewhere (where `max`'s splits a tie at 0).
+    Relu,
 }
 
 /// A binary elementwise operator. Both operands have the same dtype and shape: the IR
@@ -254,6 +258,7 @@ impl UnaryOp {
             UnaryOp::Logistic => {
                 float_unop("logistic", "stablehlo.logistic", |x| flush(1.0 / (1.0 + flush(flush(-x).exp()))))
             }
+            UnaryOp::Relu => float_unop("relu", "stablehlo.maximum", |x| max_f32(flush(x), 0.0)),
         }
     }
 }
@@ -494,6 +499,10 @@ impl Rules for Unary {
     }
 
     fn lower(&self, cx: &mut LowerCx, args: &[String], arg_tys: &[ArrayTy], outs: &[ArrayTy]) -> Vec<String> {
+        if self.op == UnaryOp::Relu {
+            let zero = cx.splat(&Array::f32(vec![], vec![0.0]), &outs[0]);
+            return vec![lower_binary(cx, BinaryOp::Max, &args[0], &zero, &outs[0])];
+        }
         vec![cx.op(self.op.rule().hlo, args, "", arg_tys, &outs[0])]
     }
 
@@ -501,7 +510,7 @@ impl Rules for Unary {
         vectorized(b, Prim::Unary(self.clone()), args)
     }
 
-    /// The derivatives JAX gives: `abs` has `sign(x)` (0 at 0), the roundings and `sign`
+    /// The derivatives JAX gives: `abs` has `sign(x)` (0 at 0), `relu` 0 at 0, the roundings and `sign`
     /// none (zero wherever it exists), and `not` is defined on integers and bool only.
     fn vjp(
         &self,
@@ -536,6 +545,12 @@ impl Rules for Unary {
                 return Ok(vec![Some(binary(b, BinaryOp::Div, ct, two_y))]);
             }
             UnaryOp::Abs => sign(b, x),
+            // `select(x > 0, ct, 0)`, as `jax.nn.relu`'s custom derivative.
+            UnaryOp::Relu => {
+                let zero = full_like(b, 0.0, x);
+                let above = compare(b, CmpOp::Gt, x, zero);
+                return Ok(vec![Some(select(b, above, ct, zero))]);
+            }
             UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Sign => return Ok(vec![None]),
             UnaryOp::Sin => unary(b, UnaryOp::Cos, x),
             UnaryOp::Cos => {

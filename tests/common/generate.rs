@@ -877,7 +877,7 @@ impl Gen<'_> {
         let t = f(shape);
         match self.c.below(8) {
             0 => {
-                let u = self.c.pick(&["tanh", "abs", "-", "floor", "logistic", "ceil", "round", "sign"]);
+                let u = self.c.pick(&["tanh", "abs", "-", "floor", "logistic", "relu", "ceil", "round", "sign"]);
                 format!("{u}({})", self.expr(&t, s, d))
             }
             // XLA's sine is accurate near zero, not to 1e-4 at 1e6 (as libm's is).

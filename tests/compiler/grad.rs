@@ -13,8 +13,9 @@
 //! 3. `.pod` programs using `grad`, `value_and_grad` and `stop_gradient` through loops,
 //!    `if`/`where`, `.set` and indexing, reductions and `@`, against finite differences of
 //!    the same loss built as its own entry point.
-//! 4. Against JAX: `examples/basics/grad.pod`'s `mlp_loss_grad` and three more
-//!    compositions (a loop, a softmax/logsumexp loss, products with zero factors), with
+//! 4. Against JAX: `examples/basics/grad.pod`'s `mlp_loss_grad` and four more
+//!    compositions (a loop, a softmax/logsumexp loss, products with zero factors, relu
+//!    at exactly 0), with
 //!    arguments and `jax.value_and_grad` results from `tests/fixtures/grad/gen_grad.py`,
 //!    through the interpreter and PJRT, to a relative error of 1e-5.
 
@@ -172,6 +173,7 @@ fn cases() -> Vec<Case> {
         (UnaryOp::Sin, f32s(&[2, 3])),
         (UnaryOp::Cos, f32s(&[2, 3])),
         (UnaryOp::Logistic, Gen::F32(vec![2, 3], -6.0, 6.0)),
+        (UnaryOp::Relu, Gen::Signed(vec![2, 3], 0.2, 2.0)),
     ] {
         cs.push(prim(format!("{op:?}"), unary(op), vec![arg]));
     }
@@ -961,6 +963,11 @@ fn softmax_and_logsumexp_match_jax() {
 #[test]
 fn products_match_jax() {
     against_jax("tests/fixtures/grad/compositions.pod", "compositions.json", "prod");
+}
+
+#[test]
+fn relu_at_zero_matches_jax() {
+    against_jax("tests/fixtures/grad/compositions.pod", "compositions.json", "relu");
 }
 
 /// `(loss, aux)` functions: the value and gradient are those of the loss alone, and `aux`

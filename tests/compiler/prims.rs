@@ -211,6 +211,7 @@ fn cases() -> Vec<Case> {
         UnaryOp::Cos,
         UnaryOp::Log1p,
         UnaryOp::Logistic,
+        UnaryOp::Relu,
     ] {
         let tol = if transcendental.contains(&op) { Tol::Ulps(4) } else { Tol::Exact };
         let (lo, hi) = match op {
@@ -223,6 +224,7 @@ fn cases() -> Vec<Case> {
             | UnaryOp::Ceil
             | UnaryOp::Round
             | UnaryOp::Sign
+            | UnaryOp::Relu
             | UnaryOp::Tanh
             | UnaryOp::Sin
             | UnaryOp::Cos

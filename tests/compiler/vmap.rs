@@ -236,13 +236,20 @@ fn prim_cases() -> Vec<Case> {
         UnaryOp::Cos,
         UnaryOp::Log1p,
         UnaryOp::Logistic,
+        UnaryOp::Relu,
         UnaryOp::Not,
     ] {
         let (arg, tol) = match op {
             UnaryOp::Exp | UnaryOp::Tanh | UnaryOp::Sin | UnaryOp::Cos | UnaryOp::Logistic => (f32s(&s), Tol::Ulps(4)),
             UnaryOp::Log | UnaryOp::Log1p => (Gen::F32(s.to_vec(), 1e-3, 50.0), Tol::Ulps(4)),
             UnaryOp::Sqrt => (Gen::F32(s.to_vec(), 0.0, 50.0), Tol::Exact),
-            UnaryOp::Neg | UnaryOp::Abs | UnaryOp::Floor | UnaryOp::Ceil | UnaryOp::Round | UnaryOp::Sign => {
+            UnaryOp::Neg
+            | UnaryOp::Abs
+            | UnaryOp::Floor
+            | UnaryOp::Ceil
+            | UnaryOp::Round
+            | UnaryOp::Sign
+            | UnaryOp::Relu => {
                 (edgy(&s), Tol::Exact)
             }
             UnaryOp::Not => (i32s(&s), Tol::Exact),
