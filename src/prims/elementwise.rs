@@ -510,8 +510,9 @@ impl Rules for Unary {
         vectorized(b, Prim::Unary(self.clone()), args)
     }
 
-    /// The derivatives JAX gives: `abs` has `sign(x)` (0 at 0), `relu` 0 at 0, the roundings and `sign`
-    /// none (zero wherever it exists), and `not` is defined on integers and bool only.
+    /// The derivatives JAX gives: `abs` has `sign(x)` (0 at 0), `relu` 0 at 0, the
+    /// roundings and `sign` none (zero wherever it exists), and `not` is defined on
+    /// integers and bool only.
     fn vjp(
         &self,
         b: &mut Builder,
