@@ -116,42 +116,44 @@ impl Rules for Threefry {
         let operands = [start, args[0].clone(), args[1].clone(), k2, x0, x1];
         let w = cx.fresh();
         cx.open(&format!("{w}:6 = \"stablehlo.while\"({}) ({{", operands.join(", ")));
+
+        // cond: i < 2
         let params: Vec<String> = tys.iter().map(|_| cx.fresh()).collect();
         cx.label(&block_header(&params, &tys));
-        let two = cx.constant(&Array::i32(vec![], vec![2]));
+        let trips = cx.constant(&Array::i32(vec![], vec![2]));
         let pred_ty = ArrayTy::scalar(DType::Bool);
-        let go = lower_compare(cx, CmpOp::Lt, &params[0], &two, &i32_ty);
+        let go = lower_compare(cx, CmpOp::Lt, &params[0], &trips, &i32_ty);
         cx.ret(&[go], std::slice::from_ref(&pred_ty));
         cx.reopen("}, {");
+
+        // body: the schedule rotated by 2 on the first trip, by 1 on the second
         let p: Vec<String> = tys.iter().map(|_| cx.fresh()).collect();
         cx.label(&block_header(&p, &tys));
-        let yields = {
-            let zero = cx.constant(&Array::i32(vec![], vec![0]));
-            let first = lower_compare(cx, CmpOp::Eq, &p[0], &zero, &i32_ty);
-            let mask = ArrayTy::new(DType::Bool, kt.shape.clone());
-            let first = hx.broadcast(cx, &first, &pred_ty, &mask);
-            // The schedule rotated by 2 on the first trip, by 1 on the second.
-            let ks = [&p[1], &p[2], &p[3]];
-            let schedule: Vec<String> = (0..3)
-                .map(|t| {
-                    let (a, b) = (ks[(2 + t) % 3].clone(), ks[(1 + t) % 3].clone());
-                    cx.op("stablehlo.select", &[first.clone(), a, b], "", &[mask.clone(), kt.clone(), kt.clone()], kt)
-                })
-                .collect();
-            let u32_ty = ArrayTy::scalar(DType::U32);
-            let trip = cx.op("stablehlo.convert", &[p[0].clone()], "", &[i32_ty.clone()], &u32_ty);
-            let twice = cx.op("stablehlo.add", &[trip.clone(), trip], "", &[u32_ty.clone(), u32_ty.clone()], &u32_ty);
-            let two = cx.constant(&u32c(2));
-            let count = cx.op("stablehlo.add", &[twice, two], "", &[u32_ty.clone(), u32_ty.clone()], &u32_ty);
-            let count = hx.broadcast(cx, &count, &u32_ty, kt);
-            let (x0, x1) = hx.group(cx, [p[4].clone(), p[5].clone()], 1, &schedule[0], &schedule[1], &count);
-            let one = cx.splat(&u32c(1), kt);
-            let next = cx.op("stablehlo.add", &[count, one], "", &[kt.clone(), kt.clone()], kt);
-            let (x0, x1) = hx.group(cx, [x0, x1], 0, &schedule[1], &schedule[2], &next);
-            let step = cx.constant(&Array::i32(vec![], vec![1]));
-            let i = cx.op("stablehlo.add", &[p[0].clone(), step], "", &[i32_ty.clone(), i32_ty.clone()], &i32_ty);
-            [i, p[1].clone(), p[2].clone(), p[3].clone(), x0, x1]
-        };
+        let zero = cx.constant(&Array::i32(vec![], vec![0]));
+        let first = lower_compare(cx, CmpOp::Eq, &p[0], &zero, &i32_ty);
+        let mask = ArrayTy::new(DType::Bool, kt.shape.clone());
+        let first = hx.broadcast(cx, &first, &pred_ty, &mask);
+        let ks = [&p[1], &p[2], &p[3]];
+        let schedule: Vec<String> = (0..3)
+            .map(|t| {
+                let (a, b) = (ks[(2 + t) % 3].clone(), ks[(1 + t) % 3].clone());
+                cx.op("stablehlo.select", &[first.clone(), a, b], "", &[mask.clone(), kt.clone(), kt.clone()], kt)
+            })
+            .collect();
+        // The injections 2 + 2i and 3 + 2i.
+        let u32_ty = ArrayTy::scalar(DType::U32);
+        let trip = cx.op("stablehlo.convert", &[p[0].clone()], "", &[i32_ty.clone()], &u32_ty);
+        let twice = cx.op("stablehlo.add", &[trip.clone(), trip], "", &[u32_ty.clone(), u32_ty.clone()], &u32_ty);
+        let two = cx.constant(&u32c(2));
+        let count = cx.op("stablehlo.add", &[twice, two], "", &[u32_ty.clone(), u32_ty.clone()], &u32_ty);
+        let count = hx.broadcast(cx, &count, &u32_ty, kt);
+        let (x0, x1) = hx.group(cx, [p[4].clone(), p[5].clone()], 1, &schedule[0], &schedule[1], &count);
+        let one = cx.splat(&u32c(1), kt);
+        let next = cx.op("stablehlo.add", &[count, one], "", &[kt.clone(), kt.clone()], kt);
+        let (x0, x1) = hx.group(cx, [x0, x1], 0, &schedule[1], &schedule[2], &next);
+        let step = cx.constant(&Array::i32(vec![], vec![1]));
+        let i = cx.op("stablehlo.add", &[p[0].clone(), step], "", &[i32_ty.clone(), i32_ty.clone()], &i32_ty);
+        let yields = [i, p[1].clone(), p[2].clone(), p[3].clone(), x0, x1];
         cx.ret(&yields, &tys);
         cx.close(&format!("}}) : {}", fn_type(&tys, &tys)));
         vec![format!("{w}#4"), format!("{w}#5")]
