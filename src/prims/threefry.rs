@@ -10,14 +10,15 @@
 //! on (XLA 0.11 never finishes). Two groups per trip keep the rotation distances
 //! constants and pay for half as many trips as JAX's loop.
 
-use super::util::{expect_arity, i64_array};
+use super::util::expect_arity;
 use super::{Prim, Rules};
 use crate::array::{Array, ArrayTy, DType, Data};
 use crate::ir::Var;
 use crate::ir::build::Builder;
 use crate::prims::batching::{BVal, batch_size, bdim_at};
 use crate::prims::derivative::NotDifferentiable;
-use crate::prims::elementwise::{CmpOp, lower_compare};
+use crate::prims::elementwise::{BinaryOp, CmpOp, lower_binary, lower_compare};
+use crate::prims::layout::Broadcast;
 use crate::prims::emit::{LowerCx, block_header, fn_type};
 
 /// threefry2x32's rotation distances, for the even and the odd groups of four rounds.
@@ -195,34 +196,31 @@ impl Hash<'_> {
         if from.shape == to.shape {
             return v.to_string();
         }
-        let dims: Vec<usize> = (0..from.rank()).collect();
-        let attrs = format!("broadcast_dimensions = {}", i64_array(&dims));
-        cx.op("stablehlo.broadcast_in_dim", &[v.to_string()], &attrs, &[from.clone()], to)
+        let b = Broadcast { shape: to.shape.clone(), dims: (0..from.rank()).collect() };
+        b.lower(cx, &[v.to_string()], std::slice::from_ref(from), std::slice::from_ref(to)).remove(0)
     }
 
     /// `x + k`, a key word added to every counter it covers.
     fn add_key(&self, cx: &mut LowerCx, x: &str, k: &str) -> String {
         let k = self.broadcast(cx, k, self.kt, self.xt);
-        let xt = self.xt;
-        cx.op("stablehlo.add", &[x.to_string(), k], "", &[xt.clone(), xt.clone()], xt)
+        lower_binary(cx, BinaryOp::Add, x, &k, self.xt)
     }
 
     /// One group: four rounds with the rotation distances `ROTATIONS[set]`, then the key
     /// injection `x0 += ka; x1 += kb + count`.
     fn group(&self, cx: &mut LowerCx, x: [String; 2], set: usize, ka: &str, kb: &str, count: &str) -> (String, String) {
-        let (kt, xt) = (self.kt, self.xt);
-        let two = [xt.clone(), xt.clone()];
+        let xt = self.xt;
         let [mut x0, mut x1] = x;
         for r in ROTATIONS[set] {
-            x0 = cx.op("stablehlo.add", &[x0, x1.clone()], "", &two, xt);
+            x0 = lower_binary(cx, BinaryOp::Add, &x0, &x1, xt);
             let (left, right) = (cx.splat(&u32c(r), xt), cx.splat(&u32c(32 - r), xt));
-            let hi = cx.op("stablehlo.shift_left", &[x1.clone(), left], "", &two, xt);
-            let lo = cx.op("stablehlo.shift_right_logical", &[x1, right], "", &two, xt);
-            let rotated = cx.op("stablehlo.or", &[hi, lo], "", &two, xt);
-            x1 = cx.op("stablehlo.xor", &[x0.clone(), rotated], "", &two, xt);
+            let hi = lower_binary(cx, BinaryOp::ShiftLeft, &x1, &left, xt);
+            let lo = lower_binary(cx, BinaryOp::ShiftRightLogical, &x1, &right, xt);
+            let rotated = lower_binary(cx, BinaryOp::Or, &hi, &lo, xt);
+            x1 = lower_binary(cx, BinaryOp::Xor, &x0, &rotated, xt);
         }
         let x0 = self.add_key(cx, &x0, ka);
-        let k = cx.op("stablehlo.add", &[kb.to_string(), count.to_string()], "", &[kt.clone(), kt.clone()], kt);
+        let k = lower_binary(cx, BinaryOp::Add, kb, count, self.kt);
         let x1 = self.add_key(cx, &x1, &k);
         (x0, x1)
     }
