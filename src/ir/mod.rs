@@ -13,6 +13,7 @@
 
 pub mod build;
 pub mod eval;
+pub mod merge_hashes;
 pub mod print;
 pub mod verify;
 

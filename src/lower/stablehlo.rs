@@ -46,6 +46,14 @@ pub fn lower_module_across(f: &Func, num_replicas: usize, processes: usize, dona
     {
         panic!("internal compiler error: program @{} does not verify before lowering: {e}", f.name);
     }
+    let mut merged = f.clone();
+    crate::ir::merge_hashes::merge_hashes(&mut merged);
+    if cfg!(debug_assertions)
+        && let Err(e) = crate::ir::verify::verify(&merged)
+    {
+        panic!("internal compiler error: program @{} does not verify after merging its hashes: {e}", f.name);
+    }
+    let f = &merged;
     let mut cx = LowerCx::with_replicas(num_replicas).across_processes(processes);
     cx.open(&format!(
         "module @{} attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = {num_replicas} : i32}} {{",
