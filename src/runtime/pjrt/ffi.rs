@@ -354,6 +354,30 @@ args!(
     BufferDimensionsArgs { buffer: *mut RawBuffer, dims: *const i64, num_dims: usize, }
 );
 args!(
+    /// `PJRT_Buffer_GetMemoryLayout_Args`
+    BufferGetMemoryLayoutArgs { buffer: *mut RawBuffer, layout: MemoryLayout, }
+);
+args!(
+    /// `PJRT_Buffer_OnDeviceSizeInBytes_Args`
+    BufferOnDeviceSizeArgs { buffer: *mut RawBuffer, on_device_size_in_bytes: usize, }
+);
+args!(
+    /// `PJRT_Buffer_IsOnCpu_Args`
+    BufferIsOnCpuArgs { buffer: *mut RawBuffer, is_on_cpu: bool, }
+);
+args!(
+    /// `PJRT_Buffer_ReadyEvent_Args`
+    BufferReadyEventArgs { buffer: *mut RawBuffer, event: *mut RawEvent, }
+);
+args!(
+    /// `PJRT_Buffer_UnsafePointer_Args`
+    BufferUnsafePointerArgs { buffer: *mut RawBuffer, buffer_pointer: usize, }
+);
+args!(
+    /// `PJRT_Buffer_IncreaseExternalReferenceCount_Args` and its `Decrease` twin
+    BufferExternalReferenceArgs { buffer: *mut RawBuffer, }
+);
+args!(
     /// `PJRT_Buffer_ToHostBuffer_Args`
     BufferToHostBufferArgs {
         src: *mut RawBuffer,
@@ -455,9 +479,17 @@ struct ApiTable {
     buffer_destroy: ErrFn<BufferDestroyArgs>,                              // 59
     buffer_element_type: ErrFn<BufferElementTypeArgs>,                     // 60
     buffer_dimensions: ErrFn<BufferDimensionsArgs>,                        // 61
-    _buffer_unpadded_to_copy_to_device: [Slot; 9],                         // 62-70
+    _buffer_unpadded_dimensions_dynamic_dimension_indices: [Slot; 2],      // 62-63
+    buffer_get_memory_layout: ErrFn<BufferGetMemoryLayoutArgs>,            // 64
+    buffer_on_device_size_in_bytes: ErrFn<BufferOnDeviceSizeArgs>,         // 65
+    _buffer_device_to_copy_to_device: [Slot; 5],                           // 66-70
     buffer_to_host_buffer: ErrFn<BufferToHostBufferArgs>,                  // 71
-    _rest: [Slot; 67],                                                     // 72-138
+    buffer_is_on_cpu: ErrFn<BufferIsOnCpuArgs>,                            // 72
+    buffer_ready_event: ErrFn<BufferReadyEventArgs>,                       // 73
+    buffer_unsafe_pointer: ErrFn<BufferUnsafePointerArgs>,                 // 74
+    buffer_increase_external_reference_count: ErrFn<BufferExternalReferenceArgs>, // 75
+    buffer_decrease_external_reference_count: ErrFn<BufferExternalReferenceArgs>, // 76
+    _rest: [Slot; 62],                                                     // 77-138
 }
 
 // The layouts are checked against the sizes of the 0.113 header (and, where they agree,
@@ -490,6 +522,10 @@ const _: () = {
     assert!(offset_of!(ApiTable, loaded_executable_execute) == 40 + 55 * 8);
     assert!(offset_of!(ApiTable, executable_deserialize_and_load) == 40 + 56 * 8);
     assert!(offset_of!(ApiTable, buffer_to_host_buffer) == 40 + 70 * 8);
+    assert!(offset_of!(ApiTable, buffer_get_memory_layout) == 40 + 63 * 8);
+    assert!(offset_of!(ApiTable, buffer_decrease_external_reference_count) == 40 + 75 * 8);
+    assert!(size_of::<BufferGetMemoryLayoutArgs>() == 104);
+    assert!(size_of::<BufferUnsafePointerArgs>() == 32);
     assert!(size_of::<ApiTable>() == 40 + 138 * 8);
 };
 
@@ -1229,9 +1265,22 @@ impl BufferHandle {
         Ok(unsafe { vec_from(args.dims, args.num_dims) })
     }
 
+    /// The buffer's bytes into `dst` in dense row-major layout. `dst` must have exactly
+    /// the buffer's size in bytes.
+    ///
+    /// A CPU buffer already laid out so is read in place: the CPU plugin runs every
+    /// `ToHostBuffer` on its thread pool, and handing the copy to another thread and
+    /// waiting for it costs more than the copy of a small array (an actor's actions).
+    pub(crate) fn to_host(&self, dst: &mut [u8], rank: usize) -> Result<()> {
+        match self.read_in_place(dst, rank) {
+            Some(read) => read,
+            None => self.copy_to_host(dst, rank),
+        }
+    }
+
     /// `PJRT_Buffer_ToHostBuffer` into `dst` in dense row-major layout, waiting for the
     /// copy to finish. `dst` must have exactly the buffer's size in bytes.
-    pub(crate) fn to_host(&self, dst: &mut [u8], rank: usize) -> Result<()> {
+    fn copy_to_host(&self, dst: &mut [u8], rank: usize) -> Result<()> {
         let api = self.client.api;
         // Ask for row-major explicitly: without a host layout the plugin copies in the
         // device's layout, which need not be row-major on every backend.
@@ -1263,6 +1312,70 @@ impl BufferHandle {
     }
 }
 
+impl BufferHandle {
+    /// Copies a ready CPU buffer whose memory is `dst.len()` bytes in dense row-major
+    /// order straight into `dst`, as NumPy reads a JAX CPU array through the buffer
+    /// protocol; the external reference held meanwhile keeps the plugin from donating or
+    /// freeing the memory. `None` where that does not apply (another device or layout, or
+    /// a plugin without these functions): then the caller copies through the plugin.
+    fn read_in_place(&self, dst: &mut [u8], rank: usize) -> Option<Result<()>> {
+        let api = self.client.api;
+        let buffer = self.raw.as_ptr();
+        let mut cpu = BufferIsOnCpuArgs::new();
+        cpu.buffer = buffer;
+        api.call(api.table.buffer_is_on_cpu, "PJRT_Buffer_IsOnCpu", &mut cpu).ok()?;
+        let mut size = BufferOnDeviceSizeArgs::new();
+        size.buffer = buffer;
+        api.call(api.table.buffer_on_device_size_in_bytes, "PJRT_Buffer_OnDeviceSizeInBytes", &mut size).ok()?;
+        let mut layout = BufferGetMemoryLayoutArgs::new();
+        layout.buffer = buffer;
+        api.call(api.table.buffer_get_memory_layout, "PJRT_Buffer_GetMemoryLayout", &mut layout).ok()?;
+        let tiled = &layout.layout.tiled;
+        // SAFETY: the plugin's list, owned by the buffer (alive), of this length.
+        let minor_to_major = unsafe { vec_from(tiled.minor_to_major, tiled.minor_to_major_size) };
+        let row_major = minor_to_major.iter().rev().copied().eq(0..rank as i64);
+        if !cpu.is_on_cpu
+            || size.on_device_size_in_bytes != dst.len()
+            || layout.layout.layout_type != LAYOUT_TILED
+            || tiled.num_tiles != 0
+            || !row_major
+            || api.table.buffer_unsafe_pointer.is_none()
+            || api.table.buffer_decrease_external_reference_count.is_none()
+        {
+            return None;
+        }
+        let mut ready = BufferReadyEventArgs::new();
+        ready.buffer = buffer;
+        if let Err(e) = api.call(api.table.buffer_ready_event, "PJRT_Buffer_ReadyEvent", &mut ready) {
+            return Some(Err(e));
+        }
+        if let Err(e) = api.await_event(ready.event) {
+            return Some(Err(e));
+        }
+        let mut hold = BufferExternalReferenceArgs::new();
+        hold.buffer = buffer;
+        let increase = api.table.buffer_increase_external_reference_count;
+        api.call(increase, "PJRT_Buffer_IncreaseExternalReferenceCount", &mut hold).ok()?;
+        let mut at = BufferUnsafePointerArgs::new();
+        at.buffer = buffer;
+        let read = api.call(api.table.buffer_unsafe_pointer, "PJRT_Buffer_UnsafePointer", &mut at).map(|()| {
+            if at.buffer_pointer != 0 {
+                // SAFETY: the buffer is ready and holds `dst.len()` bytes at this address,
+                // which the external reference keeps in place until the copy is done.
+                unsafe { ptr::copy_nonoverlapping(at.buffer_pointer as *const u8, dst.as_mut_ptr(), dst.len()) };
+            }
+            at.buffer_pointer != 0
+        });
+        let decrease = api.table.buffer_decrease_external_reference_count;
+        let released = api.call(decrease, "PJRT_Buffer_DecreaseExternalReferenceCount", &mut hold);
+        match (read, released) {
+            (Ok(true), Ok(())) => Some(Ok(())),
+            (Ok(false), Ok(())) => None,
+            (Err(e), _) | (_, Err(e)) => Some(Err(e)),
+        }
+    }
+}
+
 impl Drop for BufferHandle {
     fn drop(&mut self) {
         let api = self.client.api;
@@ -1270,5 +1383,44 @@ impl Drop for BufferHandle {
         args.buffer = self.raw.as_ptr();
         let freed = api.call(api.table.buffer_destroy, "PJRT_Buffer_Destroy", &mut args);
         debug_assert!(freed.is_ok(), "PJRT_Buffer_Destroy failed: {freed:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::array::{Array, Data};
+    use crate::runtime::Runtime;
+
+    /// The CPU plugin's buffers, uploaded or computed, of every dtype and rank, are read
+    /// in place, and read as the copy through the plugin reads them.
+    #[test]
+    fn cpu_buffers_are_read_in_place() {
+        let client = Runtime::open(None, Some(1)).expect("the PJRT CPU plugin");
+        let doubled = "module @doubled {\n  func.func public @main(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {\n    \
+            %0 = stablehlo.add %a, %a : tensor<2x3xf32>\n    return %0 : tensor<2x3xf32>\n  }\n}\n";
+        let exe = client.compile(doubled, 1).expect("compiles");
+        let x = Array::f32(vec![2, 3], vec![1.5, -2.0, 0.0, f32::MAX, f32::MIN_POSITIVE, -0.0]);
+        let input = client.upload(&x, 0).expect("upload");
+        let mut buffers = exe.execute(&[&input]).expect("runs");
+        for array in [
+            Array::f32(vec![], vec![std::f32::consts::PI]),
+            Array::i32(vec![4, 1], vec![i32::MIN, -1, 0, i32::MAX]),
+            Array::new(vec![3], Data::U32(vec![0, 1, u32::MAX])),
+            Array::new(vec![2, 1, 2], Data::Bool(vec![true, false, false, true])),
+            Array::new(vec![5], Data::U8(vec![0, 1, 2, 254, 255])),
+        ] {
+            buffers.push(client.upload(&array, 0).expect("upload"));
+        }
+        for b in &buffers {
+            let bytes = b.ty().numel() * b.ty().dtype.size();
+            let (mut direct, mut copied) = (vec![0u8; bytes], vec![0u8; bytes]);
+            let read = b.handle().read_in_place(&mut direct, b.ty().rank());
+            assert!(matches!(read, Some(Ok(()))), "{}: {read:?}", b.ty());
+            // The plugin's own copy: what `to_host` did before reading in place.
+            b.handle().copy_to_host(&mut copied, b.ty().rank()).expect("copies");
+            assert_eq!(direct, copied, "{}", b.ty());
+        }
+        let twice = vec![3.0, -4.0, 0.0, f32::INFINITY, 2.0 * f32::MIN_POSITIVE, -0.0];
+        assert_eq!(buffers[0].download().expect("download"), Array::f32(vec![2, 3], twice));
     }
 }
