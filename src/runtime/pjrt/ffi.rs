@@ -1310,9 +1310,7 @@ impl BufferHandle {
         // `dst` and `layout` are borrowed until this returns, so they outlive the copy.
         api.await_event(args.event)
     }
-}
 
-impl BufferHandle {
     /// Copies a ready CPU buffer whose memory is `dst.len()` bytes in dense row-major
     /// order straight into `dst`, as NumPy reads a JAX CPU array through the buffer
     /// protocol; the external reference held meanwhile keeps the plugin from donating or
@@ -1324,6 +1322,9 @@ impl BufferHandle {
         let mut cpu = BufferIsOnCpuArgs::new();
         cpu.buffer = buffer;
         api.call(api.table.buffer_is_on_cpu, "PJRT_Buffer_IsOnCpu", &mut cpu).ok()?;
+        if !cpu.is_on_cpu {
+            return None;
+        }
         let mut size = BufferOnDeviceSizeArgs::new();
         size.buffer = buffer;
         api.call(api.table.buffer_on_device_size_in_bytes, "PJRT_Buffer_OnDeviceSizeInBytes", &mut size).ok()?;
@@ -1334,8 +1335,7 @@ impl BufferHandle {
         // SAFETY: the plugin's list, owned by the buffer (alive), of this length.
         let minor_to_major = unsafe { vec_from(tiled.minor_to_major, tiled.minor_to_major_size) };
         let row_major = minor_to_major.iter().rev().copied().eq(0..rank as i64);
-        if !cpu.is_on_cpu
-            || size.on_device_size_in_bytes != dst.len()
+        if size.on_device_size_in_bytes != dst.len()
             || layout.layout.layout_type != LAYOUT_TILED
             || tiled.num_tiles != 0
             || !row_major
