@@ -68,7 +68,7 @@ fn metrics(dir: &Path) -> Vec<Value> {
         .map(|l| {
             let mut v: Value = serde_json::from_str(l).expect("a JSON line");
             let o = v.as_object_mut().expect("an object");
-            for k in ["steps_per_sec", "wall_s", "actor_idle", "learner_idle"] {
+            for k in ["steps_per_sec", "wall_s", "actor_idle", "actor_acting", "actor_stepping", "learner_idle"] {
                 o.remove(k);
             }
             v

@@ -46,7 +46,7 @@ fn records(dir: &Path) -> Vec<Value> {
 /// A record without what depends on timing.
 fn untimed(r: &Value) -> Value {
     let mut r = r.clone();
-    for k in ["steps_per_sec", "wall_s", "actor_idle", "learner_idle"] {
+    for k in ["steps_per_sec", "wall_s", "actor_idle", "actor_acting", "actor_stepping", "learner_idle"] {
         r.as_object_mut().unwrap().remove(k);
     }
     r
@@ -80,6 +80,15 @@ fn pod_runs_are_deterministic() {
     assert_eq!(ra.last().unwrap()["policy_lag"], 1.0);
     for key in ["policy_lag", "actor_idle", "learner_idle", "worker_restarts", "loss", "episode_return"] {
         assert!(ra[0].get(key).is_some(), "no `{key}` in {}", ra[0]);
+    }
+    // Each actor thread's time, as fractions of a report's wall time: every report acts
+    // and steps, and the parts cannot add up to much more than the whole (a rollout that
+    // straddles two reports counts in the later one).
+    for r in &ra {
+        let share = |k: &str| r[k].as_f64().unwrap_or_else(|| panic!("no `{k}` in {r}"));
+        let (acting, stepping, idle) = (share("actor_acting"), share("actor_stepping"), share("actor_idle"));
+        assert!(acting > 0.0 && stepping > 0.0 && idle >= 0.0, "{r}");
+        assert!(acting + stepping + idle < 1.5, "{r}");
     }
     // A different seed is a different run.
     let c = dir.path().join("c");

@@ -212,7 +212,8 @@ pub fn train(
 }
 
 /// Compile time, then env steps per second as the median over `runs` reports (of
-/// `--updates-per-call` updates each) after a warm-up report; plus the idle fractions.
+/// `--updates-per-call` updates each) after a warm-up report; plus how the actor threads
+/// and the learner spent their time.
 pub fn bench(a: BenchTrainArgs, target: &crate::cli::Target) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
     let load = bind_env(&a.file, &a.load, a.agent.as_deref(), &flags)?;
@@ -220,7 +221,7 @@ pub fn bench(a: BenchTrainArgs, target: &crate::cli::Target) -> Result<(), Failu
     let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
     let runs = run::bench(&mut t, a.runs)?;
     let sps: Vec<f64> = runs.iter().map(|r| r.steps_per_sec).collect();
-    let idle = |key: &str| {
+    let share = |key: &str| {
         crate::stats::median(&runs.iter().map(|r| r.extra[key].as_f64().unwrap_or(f64::NAN)).collect::<Vec<_>>())
     };
     let c = &s.cfg;
@@ -238,18 +239,22 @@ pub fn bench(a: BenchTrainArgs, target: &crate::cli::Target) -> Result<(), Failu
                 "arch": "sebulba",
                 "env": c.uri,
                 "actor_threads": c.actor_threads,
-                "actor_idle": idle("actor_idle"),
-                "learner_idle": idle("learner_idle"),
+                "actor_idle": share("actor_idle"),
+                "actor_acting": share("actor_acting"),
+                "actor_stepping": share("actor_stepping"),
+                "learner_idle": share("learner_idle"),
             })
         );
     } else {
         println!("compile: {:.2} s", t.compile_s);
         println!(
-            "{:.0} env steps/s (learning included; median of {} reports); actors idle {:.0}%, learner idle {:.0}%",
+            "{:.0} env steps/s (learning included; median of {} reports); actors acting {:.0}%, stepping envs {:.0}%, idle {:.0}%; learner idle {:.0}%",
             crate::stats::median(&sps),
             a.runs,
-            100.0 * idle("actor_idle"),
-            100.0 * idle("learner_idle")
+            100.0 * share("actor_acting"),
+            100.0 * share("actor_stepping"),
+            100.0 * share("actor_idle"),
+            100.0 * share("learner_idle")
         );
     }
     Ok(())

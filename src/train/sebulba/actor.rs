@@ -179,6 +179,7 @@ impl Actor {
         roll: &mut Rollout,
         t: usize,
     ) -> Result<(), String> {
+        let t0 = Instant::now();
         let l = &self.layout;
         if t == 0 {
             for (a, c) in l.arrays("carry").zip(&h.carry) {
@@ -204,12 +205,16 @@ impl Actor {
             roll.write(l, field, t, h.env0, &b.to_bytes());
         }
         h.carry = outs.collect::<Result<_, _>>()?;
-        h.env.send(&action).map_err(|e| e.to_string())
+        let sent = h.env.send(&action).map_err(|e| e.to_string());
+        roll.acting_s += t0.elapsed().as_secs_f64();
+        sent
     }
 
     /// Finishes a half's step and records what came of it.
     fn recv(&self, h: &mut Half, roll: &mut Rollout, t: usize) -> Result<(), String> {
+        let t0 = Instant::now();
         h.env.recv(&mut h.out).map_err(|e| e.to_string())?;
+        roll.stepping_s += t0.elapsed().as_secs_f64();
         let (l, o) = (&self.layout, &h.out);
         let reward: Vec<u8> = o.reward.iter().flat_map(|r| r.to_le_bytes()).collect();
         roll.write(l, l.array("reward"), t, h.env0, &reward);

@@ -235,6 +235,8 @@ impl Sebulba {
             for p in &parts {
                 acc.lag += u.saturating_sub(p.version) as f64;
                 acc.actor_wait += p.idle_s;
+                acc.actor_acting += p.acting_s;
+                acc.actor_stepping += p.stepping_s;
                 acc.episodes.add(&p.episodes);
             }
             acc.rollouts += parts.len();
@@ -258,7 +260,10 @@ impl Sebulba {
                 };
                 let mut extra = serde_json::Map::new();
                 extra.insert("policy_lag".into(), (acc.lag / acc.rollouts.max(1) as f64).into());
-                extra.insert("actor_idle".into(), (acc.actor_wait / (self.cfg.actor_threads as f64 * wall)).into());
+                let actors = |s: f64| (s / (self.cfg.actor_threads as f64 * wall)).into();
+                extra.insert("actor_idle".into(), actors(acc.actor_wait));
+                extra.insert("actor_acting".into(), actors(acc.actor_acting));
+                extra.insert("actor_stepping".into(), actors(acc.actor_stepping));
                 extra.insert("learner_idle".into(), (acc.learner_wait / wall).into());
                 let worker_restarts: u64 = restarts.iter().map(|r| r.load(Ordering::Relaxed)).sum();
                 extra.insert("worker_restarts".into(), worker_restarts.into());
@@ -431,6 +436,8 @@ struct Acc {
     lag: f64,
     rollouts: usize,
     actor_wait: f64,
+    actor_acting: f64,
+    actor_stepping: f64,
     learner_wait: f64,
 }
 

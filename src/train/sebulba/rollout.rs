@@ -94,12 +94,17 @@ pub struct Rollout {
     /// Seconds the thread waited (for a policy, or for the learner to take its rollout)
     /// since its previous rollout.
     pub idle_s: f64,
+    /// Seconds the thread spent acting (the observations up, the actor program, its
+    /// results down, the actions to the envs) over this rollout.
+    pub acting_s: f64,
+    /// Seconds the thread waited for the envs' steps over this rollout.
+    pub stepping_s: f64,
 }
 
 impl Rollout {
     pub fn new(layout: &TrajectoryLayout) -> Rollout {
         let fields = (0..layout.elem.len()).map(|f| vec![0; layout.rows(f) * layout.envs * layout.elem[f]]).collect();
-        Rollout { fields, version: 0, episodes: EpisodeStats::default(), idle_s: 0.0 }
+        Rollout { fields, version: 0, episodes: EpisodeStats::default(), idle_s: 0.0, acting_s: 0.0, stepping_s: 0.0 }
     }
 
     /// Writes `bytes` (whole entries) into row `t` of `field`, from environment `env0` on.
