@@ -15,9 +15,9 @@
 //!    the same loss built as its own entry point.
 //! 4. Against JAX: `examples/basics/grad.pod`'s `mlp_loss_grad` and four more
 //!    compositions (a loop, a softmax/logsumexp loss, products with zero factors, relu
-//!    at exactly 0), with
-//!    arguments and `jax.value_and_grad` results from `tests/fixtures/grad/gen_grad.py`,
-//!    through the interpreter and PJRT, to a relative error of 1e-5.
+//!    at exactly 0), with arguments and `jax.value_and_grad` results from
+//!    `tests/fixtures/grad/gen_grad.py`, through the interpreter and PJRT, to a relative
+//!    error of 1e-5.
 
 use crate::common;
 
