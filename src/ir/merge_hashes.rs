@@ -100,7 +100,8 @@ fn merge_graph(f: &mut Func, g: &mut Graph) {
         if v < n {
             g.eqns.push(eqns[v].take().expect("each equation once"));
         } else {
-            let members: Vec<Eqn> = groups[v - n].iter().map(|&i| eqns[i].take().expect("each equation once")).collect();
+            let members: Vec<Eqn> =
+                groups[v - n].iter().map(|&i| eqns[i].take().expect("each equation once")).collect();
             g.eqns.extend(joined(f, &members));
         }
     }
@@ -137,11 +138,8 @@ fn joined(f: &mut Func, members: &[Eqn]) -> Vec<Eqn> {
         sizes.push(size);
     }
     let mut concat = |f: &mut Func, vars: &[Var]| emit(f, &mut out, Prim::Concat(Concat { axis }), vars, None);
-    let (k0, k1) = if one_key {
-        (members[0].args[0], members[0].args[1])
-    } else {
-        (concat(f, &keys[0]), concat(f, &keys[1]))
-    };
+    let (k0, k1) =
+        if one_key { (members[0].args[0], members[0].args[1]) } else { (concat(f, &keys[0]), concat(f, &keys[1])) };
     let (x0, x1) = (concat(f, &counters[0]), concat(f, &counters[1]));
     let hashed = [k0, k1, x0, x1];
     let tys: Vec<ArrayTy> = hashed.iter().map(|&v| f.ty(v).clone()).collect();

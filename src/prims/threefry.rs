@@ -18,8 +18,8 @@ use crate::ir::build::Builder;
 use crate::prims::batching::{BVal, batch_size, bdim_at};
 use crate::prims::derivative::NotDifferentiable;
 use crate::prims::elementwise::{BinaryOp, CmpOp, lower_binary, lower_compare};
-use crate::prims::layout::Broadcast;
 use crate::prims::emit::{LowerCx, block_header, fn_type};
+use crate::prims::layout::Broadcast;
 
 /// threefry2x32's rotation distances, for the even and the odd groups of four rounds.
 const ROTATIONS: [[u32; 4]; 2] = [[13, 15, 26, 6], [17, 29, 16, 24]];
@@ -72,7 +72,10 @@ impl Rules for Threefry {
         }
         let (k, x) = (&args[0], &args[2]);
         if args[1] != *k || args[3] != *x {
-            return Err(format!("threefry2x32: the key words ({k}, {}) or the counters ({x}, {}) differ", args[1], args[3]));
+            return Err(format!(
+                "threefry2x32: the key words ({k}, {}) or the counters ({x}, {}) differ",
+                args[1], args[3]
+            ));
         }
         if !x.shape.starts_with(&k.shape) {
             return Err(format!("threefry2x32: the keys' shape {k} does not begin the counters' shape {x}"));

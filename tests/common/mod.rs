@@ -35,9 +35,8 @@ pub fn quick_client() -> &'static Client {
     static QUICK: OnceLock<Client> = OnceLock::new();
     QUICK.get_or_init(|| {
         let o0 = ("xla_backend_optimization_level", XlaOption::Int(0));
-        let older = client()
-            .clone()
-            .with_xla_options(&[("xla_cpu_use_fusion_emitters", XlaOption::Bool(false)), o0.clone()]);
+        let older =
+            client().clone().with_xla_options(&[("xla_cpu_use_fusion_emitters", XlaOption::Bool(false)), o0.clone()]);
         // XLA rejects an option it does not have, and 0.11 removed this one.
         const IDENTITY: &str = "func.func public @main(%x: tensor<f32>) -> tensor<f32> { return %x : tensor<f32> }";
         match older.compile(IDENTITY, 1) {

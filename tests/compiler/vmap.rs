@@ -249,9 +249,7 @@ fn prim_cases() -> Vec<Case> {
             | UnaryOp::Ceil
             | UnaryOp::Round
             | UnaryOp::Sign
-            | UnaryOp::Relu => {
-                (edgy(&s), Tol::Exact)
-            }
+            | UnaryOp::Relu => (edgy(&s), Tol::Exact),
             UnaryOp::Not => (i32s(&s), Tol::Exact),
         };
         cs.push(case(format!("{op:?}"), unary(op), vec![arg], tol));

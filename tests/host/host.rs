@@ -245,7 +245,8 @@ fn pod_equals_device_step(file: &str, steps: usize) {
     let n_params = funcs.step.graph.params.len();
     let (reset, step) = (compile(&funcs.reset), compile(&funcs.step));
     let vmap = podracer::transform::vmap::vmap;
-    let (reset_b, step_b) = (compile(&vmap(&funcs.reset, &[true], b)), compile(&vmap(&funcs.step, &vec![true; n_params], b)));
+    let (reset_b, step_b) =
+        (compile(&vmap(&funcs.reset, &[true], b)), compile(&vmap(&funcs.step, &vec![true; n_params], b)));
     let run = |exe: &podracer::runtime::Executable, args: &[Array]| -> Vec<Array> {
         let bufs: Vec<_> = args.iter().map(|a| client().upload(a, 0).unwrap()).collect();
         exe.execute(&bufs.iter().collect::<Vec<_>>()).unwrap().iter().map(|x| x.download().unwrap()).collect()
@@ -255,7 +256,11 @@ fn pod_equals_device_step(file: &str, steps: usize) {
         for i in 0..b {
             let own = run(exe, &args.iter().map(|a| row(a, i)).collect::<Vec<_>>());
             for (j, (x, y)) in own.iter().zip(outs).enumerate() {
-                assert!(same_to_rounding(x, &row(y, i)), "{what}, env {i}, output {j}: {x:?} alone, {:?} batched", row(y, i));
+                assert!(
+                    same_to_rounding(x, &row(y, i)),
+                    "{what}, env {i}, output {j}: {x:?} alone, {:?} batched",
+                    row(y, i)
+                );
             }
         }
     };
