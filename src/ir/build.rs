@@ -172,7 +172,7 @@ impl Builder {
 
 /// Dead-code elimination: keeps the equations that the results depend on. A loop whose
 /// outputs are all unused is dropped whole; loop bodies are cleaned recursively.
-fn dce(g: &mut Graph) {
+pub(super) fn dce(g: &mut Graph) {
     let mut live: HashSet<Var> = g.results.iter().copied().collect();
     let mut kept = vec![];
     for mut e in std::mem::take(&mut g.eqns).into_iter().rev() {

@@ -17,7 +17,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
-use super::{Eqn, Func, Graph, Op, Var};
+use super::{Eqn, Func, Graph, Op, Var, emit};
 use crate::array::ArrayTy;
 use crate::prims::{Broadcast, Concat, Prim, Reshape, Slice, Threefry};
 
@@ -145,7 +145,7 @@ fn joined(f: &mut Func, members: &[Eqn]) -> Vec<Eqn> {
     let tys: Vec<ArrayTy> = hashed.iter().map(|&v| f.ty(v).clone()).collect();
     let hash = Prim::Threefry(Threefry);
     let outs = hash.rules().infer(&tys).unwrap_or_else(|e| panic!("internal compiler error: merging hashes: {e}"));
-    let ys: Vec<Var> = outs.into_iter().map(|t| fresh(f, t)).collect();
+    let ys: Vec<Var> = outs.into_iter().map(|t| f.fresh(t)).collect();
     out.push(Eqn { outs: ys.clone(), op: Op::Prim(hash), args: hashed.to_vec() });
     let mut offset = 0;
     for (e, size) in members.iter().zip(sizes) {
@@ -174,27 +174,6 @@ fn reshaped(f: &mut Func, out: &mut Vec<Eqn>, v: Var, shape: &[usize]) -> Var {
         return v;
     }
     emit(f, out, Prim::Reshape(Reshape { shape: shape.to_vec() }), &[v], None)
-}
-
-/// Appends the single-result `prim(args)`, its result `into` if given, else a new var.
-fn emit(f: &mut Func, out: &mut Vec<Eqn>, prim: Prim, args: &[Var], into: Option<Var>) -> Var {
-    let tys: Vec<ArrayTy> = args.iter().map(|&a| f.ty(a).clone()).collect();
-    let ty = prim.rules().infer(&tys).map(|mut t| t.remove(0));
-    let ty = ty.unwrap_or_else(|e| panic!("internal compiler error: merging hashes: {e}"));
-    let v = match into {
-        Some(v) => {
-            assert_eq!(f.ty(v), &ty, "internal compiler error: merging hashes changed a type");
-            v
-        }
-        None => fresh(f, ty),
-    };
-    out.push(Eqn { outs: vec![v], op: Op::Prim(prim), args: args.to_vec() });
-    v
-}
-
-fn fresh(f: &mut Func, ty: ArrayTy) -> Var {
-    f.types.push(ty);
-    Var(f.types.len() as u32 - 1)
 }
 
 #[cfg(test)]

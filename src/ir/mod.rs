@@ -13,6 +13,7 @@
 
 pub mod build;
 pub mod eval;
+pub mod loop_rows;
 pub mod merge_hashes;
 pub mod print;
 pub mod verify;
@@ -76,4 +77,27 @@ impl Func {
     pub fn result_types(&self) -> Vec<ArrayTy> {
         self.graph.results.iter().map(|&v| self.ty(v).clone()).collect()
     }
+
+    /// A new value of a type, for a pass to define.
+    pub fn fresh(&mut self, ty: ArrayTy) -> Var {
+        self.types.push(ty);
+        Var(self.types.len() as u32 - 1)
+    }
+}
+
+/// Appends the single-result `prim(args)` to `out` for a pass; its result is `into` if
+/// given (which must have the type the primitive infers), else a new value.
+fn emit(f: &mut Func, out: &mut Vec<Eqn>, prim: Prim, args: &[Var], into: Option<Var>) -> Var {
+    let tys: Vec<ArrayTy> = args.iter().map(|&a| f.ty(a).clone()).collect();
+    let ty = prim.rules().infer(&tys).map(|mut t| t.remove(0));
+    let ty = ty.unwrap_or_else(|e| panic!("internal compiler error: a pass built an ill-typed {prim:?}: {e}"));
+    let v = match into {
+        Some(v) => {
+            assert_eq!(f.ty(v), &ty, "internal compiler error: a pass changed a type");
+            v
+        }
+        None => f.fresh(ty),
+    };
+    out.push(Eqn { outs: vec![v], op: Op::Prim(prim), args: args.to_vec() });
+    v
 }

@@ -47,11 +47,15 @@ pub fn lower_module_across(f: &Func, num_replicas: usize, processes: usize, dona
         panic!("internal compiler error: program @{} does not verify before lowering: {e}", f.name);
     }
     let mut merged = f.clone();
+    crate::ir::loop_rows::reuse_loop_rows(&mut merged);
     crate::ir::merge_hashes::merge_hashes(&mut merged);
     if cfg!(debug_assertions)
         && let Err(e) = crate::ir::verify::verify(&merged)
     {
-        panic!("internal compiler error: program @{} does not verify after merging its hashes: {e}", f.name);
+        panic!(
+            "internal compiler error: program @{} does not verify after reusing loop rows and merging hashes: {e}",
+            f.name
+        );
     }
     let f = &merged;
     let mut cx = LowerCx::with_replicas(num_replicas).across_processes(processes);

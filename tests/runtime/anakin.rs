@@ -1,22 +1,26 @@
 //! The Anakin programs against the reference interpreter: a small agent's `train` program
 //! (rollouts of the batched env and policy, the update with its gradient, the device-reduced
-//! metrics) gives the same state and metrics compiled as interpreted, call after call;
-//! and a recurrent agent's carry is kept, reset and recorded as `update` expects.
+//! metrics) gives the same state and metrics compiled as interpreted, call after call, as
+//! does an actor-critic's, whose loss reads the activations acting computed; and a
+//! recurrent agent's carry is kept, reset and recorded as `update` expects.
 
 use crate::common;
 
 use common::{assert_close, client};
 use podracer::array::Array;
 use podracer::ir::eval::eval_func;
+use podracer::ir::loop_rows::reuse_loop_rows;
+use podracer::ir::{Graph, Op};
 use podracer::lower::stablehlo::lower_module_donating;
+use podracer::prims::Prim;
 use podracer::programs::anakin::{AnakinPrograms, DeviceShape, LeafKind, anakin_programs};
 use podracer::train::anakin::{RunShape, agent_and_env};
 use std::path::Path;
 
-/// The Anakin programs of `agent` in `tests/agents/FILE` (4 envs, rollouts of 6 steps, 3
-/// updates per call), with the names of their state's arrays.
+/// The Anakin programs of `agent` in `FILE` (from the repository's root; 4 envs, rollouts
+/// of 6 steps, 3 updates per call), with the names of their state's arrays.
 fn programs(file: &str, agent: &str) -> AnakinPrograms {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/agents").join(file);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
     let (prog, diags) = podracer::driver::check_file(&path).expect("readable");
     assert!(diags.is_empty(), "{}", podracer::diag::render_plain(&prog.map, &diags));
     let run = RunShape { envs: 4, rollout: 6, updates_per_call: 3, devices: 1, processes: 1, seeds: 1 };
@@ -54,7 +58,7 @@ fn run_calls(p: &AnakinPrograms, check: impl Fn(usize, &dyn Fn(&str) -> f32)) {
 
 #[test]
 fn the_train_program_compiled_agrees_with_the_interpreter() {
-    let p = programs("count.pod", "Reinforce");
+    let p = programs("tests/agents/count.pod", "Reinforce");
     let names: Vec<&str> = p.state.iter().map(|l| l.name.as_str()).collect();
     assert_eq!(
         names,
@@ -77,9 +81,37 @@ fn the_train_program_compiled_agrees_with_the_interpreter() {
     assert!(episodes.get() >= 12.0, "{} episodes", episodes.get());
 }
 
+/// The dots of a graph, its loops' included.
+fn dots(g: &Graph) -> usize {
+    g.eqns
+        .iter()
+        .map(|e| match &e.op {
+            Op::Prim(Prim::Dot(_)) => 1,
+            Op::Prim(_) => 0,
+            Op::Loop { body, .. } => dots(body),
+        })
+        .sum()
+}
+
+/// A2C's loss runs the policy over the rollout's observations with the parameters that
+/// acting used: lowering reads those activations from the rollout (`ir::loop_rows`)
+/// instead of multiplying by the policy's three matrices again, and the program computes
+/// what the interpreter computes from the program as written.
+#[test]
+fn an_actor_critics_loss_reads_the_rollouts_activations() {
+    let p = programs("examples/catch_a2c.pod", "A2C");
+    let mut reused = p.train.clone();
+    reuse_loop_rows(&mut reused);
+    assert_eq!(dots(&p.train.graph) - dots(&reused.graph), 3, "the actor's three layers");
+    let episodes = std::cell::Cell::new(0.0);
+    run_calls(&p, |_, metric| episodes.set(episodes.get() + metric("episodes")));
+    // Catch's episodes last 9 steps: each of the 4 envs takes 54 steps and ends 6.
+    assert_eq!(episodes.get(), 24.0);
+}
+
 #[test]
 fn a_recurrent_agents_carry_is_reset_at_episode_ends_and_recorded_at_the_rollout_start() {
-    let p = programs("recall.pod", "Recall");
+    let p = programs("tests/agents/recall.pod", "Recall");
     let carry: Vec<(&str, LeafKind, &[usize])> = p
         .state
         .iter()
