@@ -18,7 +18,7 @@ next to `purejaxrl.py`'s program (the same workload), call by call in one proces
     python bench/profile_hlo.py purejaxrl --algo a2c --env cartpole     # the JAX side
     python bench/profile_hlo.py ab --backend plugin OLD.hlo.pb NEW.hlo.pb
     python bench/profile_hlo.py ab --backend plugin,jaxlib OLD.hlo.pb NEW.hlo.pb
-    python bench/profile_hlo.py vs DUMP.hlo.pb --backend plugin,jaxlib --algo a2c --env cartpole [--devices 2]
+    python bench/profile_hlo.py vs DUMP.hlo.pb [DUMP2.hlo.pb ..] --backend plugin,jaxlib --algo a2c --env cartpole [--devices 2]
     python bench/profile_hlo.py split                                   # dot_general's split
 
 Inputs are zeros (f32 0.01): the timing of these programs does not depend on the values.
@@ -175,8 +175,8 @@ def main():
                    help="where the dumps run; both: in one process, all calls interleaved")
     a.add_argument("--plugin", default=PLUGIN, help="the PJRT plugin (default: podc's cached CPU plugin)")
     a.add_argument("--rounds", type=int, default=10)
-    v = sub.add_parser("vs", help="a podc dump on the plugin against purejaxrl.py's program on jaxlib, calls interleaved")
-    v.add_argument("path")
+    v = sub.add_parser("vs", help="podc dumps on the plugin against purejaxrl.py's program on jaxlib, calls interleaved")
+    v.add_argument("paths", nargs="+", help="one dump, or several (a change's before and after) to read in one run")
     v.add_argument("--plugin", default=PLUGIN)
     v.add_argument("--backend", default="plugin", choices=["plugin", "jaxlib", "plugin,jaxlib"],
                    help="where the dump runs (both: in one process, all calls interleaved)")
@@ -209,7 +209,7 @@ def main():
 
             xla_bridge.register_plugin("podc_cpu", library_path=os.path.expanduser(args.plugin),
                                        options={"cpu_device_count": n})
-        runs = [(b, path) for b in backends for path in ([args.path] if args.mode == "vs" else args.paths)]
+        runs = [(b, path) for b in backends for path in args.paths]
         calls = []
         for b, path in runs:
             devices = jax.devices("podc_cpu" if b == "plugin" else "cpu")[:n]
@@ -229,10 +229,11 @@ def main():
             print(f"{med * 1e3:9.1f} ms  {med / base:5.2f}x  {b:6s} {path}")
         if args.mode == "vs":
             jax_times = times[-1][1:]
-            for (b, _), ts in zip(runs, times[:-1]):
+            for (b, path), ts in zip(runs, times[:-1]):
                 ratios = [j / p for p, j in zip(ts[1:], jax_times)]
                 q = statistics.quantiles(ratios, n=4)
-                print(f"podc on {b} / JAX on jaxlib, throughput: {statistics.median(jax_times) / statistics.median(ts[1:]):.2f}x "
+                name = f" ({path})" if len(args.paths) > 1 else ""
+                print(f"podc on {b}{name} / JAX on jaxlib, throughput: {statistics.median(jax_times) / statistics.median(ts[1:]):.2f}x "
                       f"(ratio of medians); call by call: median {statistics.median(ratios):.2f}x, "
                       f"quartiles {q[0]:.2f}-{q[2]:.2f}x")
     elif args.mode == "split":
