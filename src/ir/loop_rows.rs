@@ -16,7 +16,7 @@
 //! (its row `t` is the body's value on trip `t`: a stacked buffer, or an equation on rows
 //! that the body makes on the row, [`row_prim`]). Only the rows that follow a contraction
 //! are stacked: a stored row costs a write, which saves something when it replaces a dot
-//! (or a convolution) over every row.
+//! over every row.
 //!
 //! The body's values were computed with the shapes of one trip, and a kernel may round
 //! a contraction of one shape otherwise than of another. On the CPU plugin they agree:
@@ -37,7 +37,7 @@ pub fn reuse_loop_rows(f: &mut Func) {
 }
 
 /// How a value after a loop relates to one of its body.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 enum Corr {
     /// Equal to the body's value.
     Same(Var),
@@ -100,7 +100,7 @@ fn reuse_after(f: &mut Func, g: &mut Graph, at: usize) -> usize {
     // body's can match). `computed`: the values whose rows the body computes, each with
     // whether a contraction leads to it.
     let mut computed: HashMap<Var, bool> = HashMap::new();
-    for (_, e) in g.eqns.iter().enumerate().filter(|&(i, _)| i != at) {
+    for e in g.eqns[..at].iter().chain(&g.eqns[at + 1..]) {
         let Op::Prim(prim) = &e.op else { continue };
         let Some(args) = e.args.iter().map(|a| corr.get(a).copied()).collect::<Option<Vec<Corr>>>() else {
             continue;
@@ -125,7 +125,7 @@ fn reuse_after(f: &mut Func, g: &mut Graph, at: usize) -> usize {
             }
             Some(RowPrim::Eqn(p)) => {
                 if let Some(outs) = find(&p, &inner) {
-                    let heavy = matches!(prim, Prim::Dot(_) | Prim::Conv(_))
+                    let heavy = matches!(prim, Prim::Dot(_))
                         || e.args.iter().any(|a| computed.get(a).copied().unwrap_or(false));
                     for (&o, v) in e.outs.iter().zip(outs) {
                         corr.insert(o, Corr::Rows(v));
@@ -207,7 +207,10 @@ fn stacked_row(f: &Func, body: &Graph, k: usize, trips: usize) -> Option<Var> {
     let (index, buffer, next) = (body.params[0], body.params[1 + n_consts + k], body.results[k]);
     let def = |v: Var| body.eqns.iter().find(|e| e.outs.contains(&v));
     let write = def(next)?;
-    if !matches!(write.op, Op::Prim(Prim::DynamicUpdateSlice(_))) || write.args[0] != buffer || write.args.get(2) != Some(&index) {
+    if !matches!(write.op, Op::Prim(Prim::DynamicUpdateSlice(_)))
+        || write.args[0] != buffer
+        || write.args.get(2) != Some(&index)
+    {
         return None;
     }
     let is_zero = |v: Var| {
