@@ -17,7 +17,7 @@ next to `purejaxrl.py`'s program (the same workload), call by call in one proces
     python bench/profile_hlo.py hlo /tmp/d/module_0000.anakin_train.before_optimizations.hlo.pb
     python bench/profile_hlo.py purejaxrl --algo a2c --env cartpole     # the JAX side
     python bench/profile_hlo.py ab --backend plugin OLD.hlo.pb NEW.hlo.pb
-    python bench/profile_hlo.py ab --backend plugin,jaxlib OLD.hlo.pb NEW.hlo.pb
+    python bench/profile_hlo.py ab --backend plugin,jaxlib OLD.hlo.pb NEW.hlo.pb [--devices 2]
     python bench/profile_hlo.py vs DUMP.hlo.pb [DUMP2.hlo.pb ..] --backend plugin,jaxlib --algo a2c --env cartpole [--devices 2]
     python bench/profile_hlo.py split                                   # dot_general's split
 
@@ -175,6 +175,8 @@ def main():
                    help="where the dumps run; both: in one process, all calls interleaved")
     a.add_argument("--plugin", default=PLUGIN, help="the PJRT plugin (default: podc's cached CPU plugin)")
     a.add_argument("--rounds", type=int, default=10)
+    a.add_argument("--devices", type=int, default=1,
+                   help="D: the dumps must be of `podc bench train --devices D` (one replica per device)")
     v = sub.add_parser("vs", help="podc dumps on the plugin against purejaxrl.py's program on jaxlib, calls interleaved")
     v.add_argument("paths", nargs="+", help="one dump, or several (a change's before and after) to read in one run")
     v.add_argument("--plugin", default=PLUGIN)
