@@ -149,16 +149,15 @@ fn joined(f: &mut Func, members: &[Eqn]) -> Vec<Eqn> {
     out.push(Eqn { outs: ys.clone(), op: Op::Prim(hash), args: hashed.to_vec() });
     let mut offset = 0;
     for (e, size) in members.iter().zip(sizes) {
-        for w in 0..2 {
+        for (&y, &target) in ys.iter().zip(&e.outs) {
             let (mut start, mut limit) = (vec![0; axis], lead.clone());
             start.push(offset);
             limit.push(offset + size);
             let slice = Prim::Slice(Slice { start, limit });
-            let target = e.outs[w];
             if f.ty(target).shape.len() == axis + 1 {
-                emit(f, &mut out, slice, &[ys[w]], Some(target));
+                emit(f, &mut out, slice, &[y], Some(target));
             } else {
-                let piece = emit(f, &mut out, slice, &[ys[w]], None);
+                let piece = emit(f, &mut out, slice, &[y], None);
                 let shape = f.ty(target).shape.clone();
                 emit(f, &mut out, Prim::Reshape(Reshape { shape }), &[piece], Some(target));
             }

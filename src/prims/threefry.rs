@@ -146,7 +146,7 @@ impl Rules for Threefry {
             .collect();
         // The injections 2 + 2i and 3 + 2i.
         let u32_ty = ArrayTy::scalar(DType::U32);
-        let trip = cx.op("stablehlo.convert", &[p[0].clone()], "", &[i32_ty.clone()], &u32_ty);
+        let trip = cx.op("stablehlo.convert", &[p[0].clone()], "", std::slice::from_ref(&i32_ty), &u32_ty);
         let twice = cx.op("stablehlo.add", &[trip.clone(), trip], "", &[u32_ty.clone(), u32_ty.clone()], &u32_ty);
         let two = cx.constant(&u32c(2));
         let count = cx.op("stablehlo.add", &[twice, two], "", &[u32_ty.clone(), u32_ty.clone()], &u32_ty);
