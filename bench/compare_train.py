@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Side-by-side training throughput: `podc bench train` and bench/purejaxrl.py, interleaved.
 
-For each configuration the two are run alternately, ROUNDS times each, so that the noise
-of a shared machine hits both; each side's figure is the median over the rounds (each
-round's steps/s is itself the median of `--runs` timed calls, each call waited for on
-both sides). Compile times are cold on both sides: every round is a fresh process, podc
-with `PODC_NO_CACHE=1`, purejaxrl.py with JAX's persistent compilation cache off. Prints
-a markdown table, the ratios podc / JAX (compile: below 1 is podc faster; throughput:
-above 1 is), then per workload each side's best D and the ratio of the two.
+A round runs every configuration once on each side, the two sides of a configuration one
+after the other (which goes first alternates from round to round), so that the noise of
+a shared machine hits both, and a round's configurations lie close in time. Each side's
+figure is the median over the rounds (each round's steps/s is itself the median of
+`--runs` timed calls, each call waited for on both sides). Compile times are cold on both
+sides: every run is a fresh process, podc with `PODC_NO_CACHE=1`, purejaxrl.py with JAX's
+persistent compilation cache off. Prints a markdown table, the ratios podc / JAX
+(compile: below 1 is podc faster; throughput: above 1 is), then per workload each side's
+best D and the ratio of the two: of the medians, and round by round (each round's best D
+against its best D, so that a machine that slows down or speeds up between rounds moves
+both sides), with the median and range of the rounds' ratios.
 
     python3 bench/compare_train.py [--rounds 3] [--runs 5] [--podc target/release/podc]
         [--configs a2c:catch:1024:16:10:1 ppo:cartpole:1024:128:1:2 ...]
@@ -93,24 +97,36 @@ def main():
           f"of median-of-{args.runs} calls; ratios are podc / JAX\n")
     print("| config | podc compile s | JAX compile s | compile ratio | podc steps/s | JAX steps/s | throughput ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|")
-    best = {}  # (algo, env, B, T, K) -> per side, the best (steps/s, D)
-    for algo, env, b, t, k, d in configs:
-        size = ["--envs", str(b), "--rollout", str(t), "--updates-per-call", str(k), "--devices", str(d),
-                "--runs", str(args.runs), "--json"]
-        ours, theirs = [], []
-        for _ in range(args.rounds):
-            ours.append(measure([podc, "bench", "train", PROGRAMS[(algo, env)], *size]))
-            theirs.append(measure([python, os.path.join(HERE, "purejaxrl.py"), "--algo", algo, "--env", env, *size]))
-        med = lambda xs, key: statistics.median(x[key] for x in xs)
+    runs = {c: ([], []) for c in configs}  # per configuration, podc's rounds and JAX's
+    for r in range(args.rounds):
+        for c in configs:
+            algo, env, b, t, k, d = c
+            size = ["--envs", str(b), "--rollout", str(t), "--updates-per-call", str(k), "--devices", str(d),
+                    "--runs", str(args.runs), "--json"]
+            sides = [[podc, "bench", "train", PROGRAMS[(algo, env)], *size],
+                     [python, os.path.join(HERE, "purejaxrl.py"), "--algo", algo, "--env", env, *size]]
+            for side in (0, 1) if r % 2 == 0 else (1, 0):
+                runs[c][side].append(measure(sides[side]))
+        print(f"round {r + 1} of {args.rounds} done", file=sys.stderr, flush=True)
+
+    med = lambda xs, key: statistics.median(x[key] for x in xs)
+    best = {}  # workload -> per side, the best (steps/s, D) of the medians
+    for c, (ours, theirs) in runs.items():
+        algo, env, b, t, k, d = c
         cp, cj = med(ours, "compile_s"), med(theirs, "compile_s")
         sp, sj = med(ours, "steps_per_sec"), med(theirs, "steps_per_sec")
         print(f"| {algo} {env} B={b} T={t} K={k} D={d} | {cp:.2f} | {cj:.2f} | {cp / cj:.2f} "
-              f"| {sp:,.0f} | {sj:,.0f} | {sp / sj:.2f} |", flush=True)
-        sides = best.setdefault((algo, env, b, t, k), [(0, 0), (0, 0)])
+              f"| {sp:,.0f} | {sj:,.0f} | {sp / sj:.2f} |")
+        sides = best.setdefault(c[:5], [(0, 0), (0, 0)])
         sides[0], sides[1] = max(sides[0], (sp, d)), max(sides[1], (sj, d))
-    print("\n| workload | podc best (D) | JAX best (D) | ratio |\n|---|---:|---:|---:|")
-    for (algo, env, b, t, k), ((sp, dp), (sj, dj)) in best.items():
-        print(f"| {algo} {env} B={b} T={t} K={k} | {sp:,.0f} ({dp}) | {sj:,.0f} ({dj}) | {sp / sj:.2f} |")
+    print("\n| workload | podc best (D) | JAX best (D) | ratio of medians | round by round: median (range) |")
+    print("|---|---:|---:|---:|---:|")
+    for w, ((sp, dp), (sj, dj)) in best.items():
+        per_round = [max(runs[c][0][r]["steps_per_sec"] for c in configs if c[:5] == w)
+                     / max(runs[c][1][r]["steps_per_sec"] for c in configs if c[:5] == w) for r in range(args.rounds)]
+        algo, env, b, t, k = w
+        print(f"| {algo} {env} B={b} T={t} K={k} | {sp:,.0f} ({dp}) | {sj:,.0f} ({dj}) | {sp / sj:.2f} "
+              f"| {statistics.median(per_round):.2f} ({min(per_round):.2f}-{max(per_round):.2f}) |")
 
 
 if __name__ == "__main__":
