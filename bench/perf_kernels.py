@@ -8,9 +8,10 @@ writes every kernel's object file; this script reads the sampled code from the r
 process (`/proc/PID/mem`) and finds which object holds those bytes, so each sample gets
 its kernel's name (`wrapped_reduce-window.3`, `add_tanh_fusion.1`), and, from the dumped
 optimized HLO, the kernel's shape and root op. Kernels whose code is the same bytes (the
-same loop over other bounds) cannot be told apart: they are listed together, `a | b`. Library code (YNNPACK's dots, Eigen's
-contractions) is named by `perf` itself. Code that no dumped object holds is the JIT code
-of the libraries (oneDNN's sgemm kernels under Eigen's contractions).
+same loop over other bounds) cannot be told apart: they are listed together, `a | b`.
+Library code (YNNPACK's dots, Eigen's contractions) is named by `perf` itself. Code that
+no dumped object holds is the libraries' JIT code (oneDNN's sgemm kernels, which Eigen's
+contractions call).
 
 `bench/profile_hlo.py` profiles thunks under jaxlib's profiler, which only jaxlib's own,
 different XLA reports to: a reduction that the plugin leaves to XLA's loops can be a
