@@ -2,15 +2,27 @@
 """Trains every example with the command in its file's header on seeds 0-4 and writes the
 learning table of docs/training.md (between its `learning-table` markers): the "last 5%"
 return of each seed (bench/last5.py), the bar, the env steps, the mean wall time per seed,
-and the podc commit of each run. Results accumulate in docs/learning-runs.json, so rows can
-be re-run one at a time (`--only`), and seeds too (`--seeds 3,4` replaces those two seeds'
-runs and keeps the others); the table is rewritten from that file each time.
+the podc commit of each run, and whether the runs are current. Results accumulate in
+docs/learning-runs.json, so rows can be re-run one at a time (`--only`), and seeds too
+(`--seeds 3,4` replaces those two seeds' runs and keeps the others); the table is rewritten
+from that file each time.
 
     python3 bench/learning_table.py [--only dqn,catch_a2c] [--seeds 0,1,2,3,4] [--podc target/release/podc]
     python3 bench/learning_table.py --adopt asterix_ppo:0:runs/asterix   # a run already made with the row's command
+    python3 bench/learning_table.py --stale [--run]        # rows whose programs changed since their runs
+    python3 bench/learning_table.py --keep ROW --why "..."  # a stale row keeps its figures, saying why
 
 Each row's command must appear, word for word, in its example's header comment (which is
 what a user runs); the script refuses to run a row whose header says otherwise.
+
+**Stale rows.** Every run records its fingerprint (`podc train --fingerprint`, see
+src/train/fingerprint.rs): the hashes of the StableHLO of every program its command
+compiles, the PJRT plugin, and a host env's package versions. `--stale` computes the
+fingerprint of each row's command from the current build (front end and lowering only,
+under a second a row), lists the rows with a run whose fingerprint differs, and exits 1
+if there is one; `--stale --run` re-runs exactly those runs. A row whose figures are kept
+though its programs changed says why (`--keep`), for the fingerprint it was kept at. The
+CPU is recorded too, and named where it differs, but does not make a row stale.
 """
 import argparse
 import json
@@ -122,10 +134,40 @@ def commit():
     return sha.strip() + ("+" if dirty else "")
 
 
-def merge(entry, command, runs):
-    """The row's runs with `runs` replacing those of the same seeds; a changed command drops the rest."""
+def merge(entry, command, runs, parts):
+    """The row's runs with `runs` replacing those of the same seeds (a changed command
+    drops the rest), and the fingerprint `parts` of the newest. A row kept stale is no
+    longer kept once it is re-run."""
     kept = [r for r in entry["runs"] if r["seed"] not in {x["seed"] for x in runs}] if entry.get("command") == command else []
-    return {"command": command, "runs": sorted(kept + runs, key=lambda r: r["seed"])}
+    return {"command": command, "runs": sorted(kept + runs, key=lambda r: r["seed"]), "fingerprint": parts}
+
+
+def setup(podc, command):
+    """Installs what the row's env needs (SETUP), once per process."""
+    for needle, args in SETUP.items():
+        if needle in command and needle not in setup.done:
+            subprocess.run([podc, *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+            setup.done.add(needle)
+
+
+setup.done = set()
+
+
+def fingerprint(podc, command):
+    """The fingerprint of the row's command on the current build; nothing is compiled."""
+    setup(podc, command)
+    args = [podc, *shlex.split(command), "--seed", "0", "--fingerprint"]
+    p = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"{' '.join(args)} failed:\n{p.stderr}")
+    return json.loads(p.stdout)
+
+
+def recorded(run_dir):
+    """A finished run's record of its fingerprint: the hash and the CPU per run, and the
+    parts (for naming what changed) per row."""
+    fp = json.loads((run_dir / "checkpoint.json").read_text())["meta"]["fingerprint"]
+    return {"fingerprint": fp["sha256"], "cpu": fp["cpu"]}, {k: v for k, v in fp.items() if k != "cpu"}
 
 
 def run(podc, command, seed, out):
@@ -136,7 +178,37 @@ def run(podc, command, seed, out):
     if p.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed:\n{p.stderr}")
     steps = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"]
-    return {"seed": seed, "last5": last5(out), "env_steps": steps, "wall_s": round(wall, 1), "commit": commit()}
+    rec, parts = recorded(out)
+    return {"seed": seed, "last5": last5(out), "env_steps": steps, "wall_s": round(wall, 1), "commit": commit(),
+            **rec}, parts
+
+
+def changed(old, new):
+    """What differs between two fingerprints' parts, in words."""
+    out = []
+    for name in sorted(set(old.get("programs", {})) | set(new["programs"])):
+        if old.get("programs", {}).get(name) != new["programs"].get(name):
+            out.append(f"program `{name}`")
+    for part in ("plugin", "host", "xla_flags"):
+        if old.get(part) != new.get(part):
+            out.append(f"{part} {old.get(part)} -> {new.get(part)}")
+    return ", ".join(out) or "the fingerprint"
+
+
+def staleness(entry, current):
+    """Why a row's figures may not be what its command gives on the current build: None
+    when every run has the current fingerprint, or the row was kept at it."""
+    if not entry or not entry.get("runs"):
+        return "not run"
+    kept = entry.get("kept")
+    if kept and kept["fingerprint"] == current["sha256"]:
+        return None
+    old = [r for r in entry["runs"] if r.get("fingerprint") != current["sha256"]]
+    if not old:
+        return None
+    commits = ", ".join(dict.fromkeys(r["commit"] for r in old))
+    what = f"{changed(entry['fingerprint'], current)} changed" if entry.get("fingerprint") else "no fingerprint recorded"
+    return f"seeds {', '.join(str(r['seed']) for r in old)} (run at {commits}): {what}"
 
 
 def adopt(row, seed, run_dir):
@@ -154,18 +226,25 @@ def adopt(row, seed, run_dir):
     last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
     if last["env_steps"] < int(flag("--total-steps", 0)):
         raise SystemExit(f"{run_dir} stopped at {last['env_steps']} env steps")
+    rec, parts = recorded(run_dir)
     return {"seed": seed, "last5": last5(run_dir), "env_steps": last["env_steps"], "wall_s": round(last["wall_s"], 1),
-            "commit": commit()}
+            "commit": commit(), **rec}, parts
 
 
-def table(results):
+def table(results, current):
+    """The table; `current` has each row's fingerprint on the current build."""
     lines = ["| run | command (`podc ...`, then `--seed S`) | bar | seeds 0-4: last 5% | all pass | env steps | "
-             "wall time per seed | commit |", "| --- | --- | --- | --- | --- | ---: | ---: | --- |"]
+             "wall time per seed | commit | current |", "| --- | --- | --- | --- | --- | ---: | ---: | --- | --- |"]
     for name, what, command, bar in ROWS:
         r = results.get(name)
         if not r:
-            lines.append(f"| {what} | `{command}` | {bar_text(bar)} | not run | | | | |")
+            lines.append(f"| {what} | `{command}` | {bar_text(bar)} | not run | | | | | |")
             continue
+        why = staleness(r, current[name])
+        if why is None and r.get("kept", {}).get("fingerprint") == current[name]["sha256"]:
+            now = f"kept: {r['kept']['why']}"
+        else:
+            now = "yes" if why is None else "**no**"
         runs = sorted(r["runs"], key=lambda x: x["seed"])
         vals = ", ".join(f"{x['last5']:.3g}" if abs(x["last5"]) < 10 else f"{x['last5']:.1f}" for x in runs)
         if [x["seed"] for x in runs] != list(range(5)):
@@ -173,8 +252,27 @@ def table(results):
         ok = "yes" if all(passes(bar, x["last5"]) for x in runs) else "**no**"
         wall = sum(x["wall_s"] for x in runs) / len(runs)
         lines.append(f"| {what} | `{command}` | {bar_text(bar)} | {vals} | {ok} | {runs[0]['env_steps']:,} | "
-                     f"{wall:.0f} s | {', '.join(dict.fromkeys(x['commit'] for x in runs))} |")
+                     f"{wall:.0f} s | {', '.join(dict.fromkeys(x['commit'] for x in runs))} | {now} |")
     return "\n".join(lines)
+
+
+def save(results):
+    RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def stale_rows(podc, rows, results):
+    """Each row's current fingerprint, and the stale ones with why; says where a row's
+    runs were made on another CPU."""
+    current, stale = {}, {}
+    for name, _, command, _ in rows:
+        current[name] = fingerprint(podc, command)
+        why = staleness(results.get(name), current[name])
+        if why:
+            stale[name] = why
+        cpus = {r["cpu"] for r in results.get(name, {}).get("runs", []) if r.get("cpu")} - {current[name]["cpu"]}
+        if cpus:
+            print(f"note: {name} was run on {', '.join(sorted(cpus))}; this machine is {current[name]['cpu']}")
+    return current, stale
 
 
 def main():
@@ -185,41 +283,73 @@ def main():
     ap.add_argument("--table-only", action="store_true", help="rewrite the table from the results file")
     ap.add_argument("--adopt", action="append", default=[], metavar="NAME:SEED:DIR",
                     help="record a finished run of row NAME's command with --seed SEED (repeatable)")
+    ap.add_argument("--stale", action="store_true",
+                    help="list the rows whose programs changed since their runs; exit status 1 if any")
+    ap.add_argument("--run", action="store_true", help="with --stale: re-run exactly the stale rows' runs")
+    ap.add_argument("--keep", metavar="NAME", help="row NAME keeps its figures at the current fingerprint")
+    ap.add_argument("--why", help="with --keep: why the figures still stand (shown in the table)")
     a = ap.parse_args()
+    if a.run and not a.stale:
+        ap.error("--run goes with --stale")
+    if bool(a.keep) != bool(a.why):
+        ap.error("--keep and --why go together")
     results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-    for spec in a.adopt:
-        name, seed, run_dir = spec.split(":", 2)
-        row = next(r for r in ROWS if r[0] == name)
-        results[name] = merge(results.get(name, {}), row[2], [adopt(row, int(seed), Path(run_dir))])
-        RESULTS.write_text(json.dumps(results, indent=1) + "\n")
-    if a.adopt:
-        a.table_only = True
     names = a.only.split(",") if a.only else [r[0] for r in ROWS]
+    if a.keep:
+        names = [a.keep]
     unknown = set(names) - {r[0] for r in ROWS}
     if unknown:
         ap.error(f"unknown rows {sorted(unknown)}")
-    for name, what, command, bar in [] if a.table_only else [r for r in ROWS if r[0] in names]:
+    rows = [r for r in ROWS if r[0] in names]
+    for spec in a.adopt:
+        name, seed, run_dir = spec.split(":", 2)
+        row = next(r for r in ROWS if r[0] == name)
+        rec, parts = adopt(row, int(seed), Path(run_dir))
+        results[name] = merge(results.get(name, {}), row[2], [rec], parts)
+        save(results)
+    if a.keep:
+        command = rows[0][2]
+        results[a.keep]["kept"] = {"fingerprint": fingerprint(a.podc, command)["sha256"], "why": a.why,
+                                   "commit": commit()}
+        save(results)
+    todo = [] if a.adopt or a.keep or a.table_only else [(r, [int(s) for s in a.seeds.split(",")]) for r in rows]
+    if a.stale:
+        _, stale = stale_rows(a.podc, rows, results)
+        for name, why in stale.items():
+            print(f"stale: {name}: {why}")
+        if not a.run:
+            print(f"{len(stale)} of {len(rows)} rows stale" if stale else f"every row of {len(rows)} is current")
+            sys.exit(1 if stale else 0)
+        todo = [(r, stale_seeds(results.get(r[0]), fingerprint(a.podc, r[2]))) for r in rows if r[0] in stale]
+    for (name, what, command, bar), seeds in todo:
         file = ROOT / shlex.split(command)[1]
         if command not in header_commands(file):
             raise SystemExit(f"{file}'s header does not give `podc {command} --seed 0`: {header_commands(file)}")
-        for needle, args in SETUP.items():
-            if needle in command:
-                subprocess.run([a.podc, *args], cwd=ROOT, check=True)
+        setup(a.podc, command)
         with tempfile.TemporaryDirectory() as tmp:
-            for seed in [int(s) for s in a.seeds.split(",")]:
-                r = run(a.podc, command, seed, Path(tmp) / f"seed{seed}")
+            for seed in seeds:
+                r, parts = run(a.podc, command, seed, Path(tmp) / f"seed{seed}")
                 print(f"{name} seed {seed}: last 5% {r['last5']:.3f} ({r['wall_s']} s)", flush=True)
                 # Each seed is kept as it finishes: a stopped row loses only the run under way.
-                results[name] = merge(results.get(name, {}), command, [r])
-                RESULTS.write_text(json.dumps(results, indent=1) + "\n")
+                results[name] = merge(results.get(name, {}), command, [r], parts)
+                save(results)
     text = DOC.read_text()
     begin, end = "<!-- learning-table:begin -->", "<!-- learning-table:end -->"
     if begin not in text:
         raise SystemExit(f"{DOC} has no {begin} marker")
     head, rest = text.split(begin)
     _, tail = rest.split(end)
-    DOC.write_text(head + begin + "\n" + table(results) + "\n" + end + tail)
-    print(table(results))
+    current, _ = stale_rows(a.podc, ROWS, results)
+    DOC.write_text(head + begin + "\n" + table(results, current) + "\n" + end + tail)
+    print(table(results, current))
+
+
+def stale_seeds(entry, current):
+    """The seeds to re-run for a stale row: those whose runs have another fingerprint (all
+    five when the command changed or the row was never run)."""
+    runs = (entry or {}).get("runs", [])
+    seeds = [r["seed"] for r in runs if r.get("fingerprint") != current["sha256"]]
+    return seeds if runs else list(range(5))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,11 @@
-//! An agent written once for any env of a kind. The consts of the root file that its
-//! `extern env` names in its spaces (`observation: f32[OBS]`, `action: discrete(ACTIONS)`,
-//! `box(N, LOW, HIGH)`) take the sizes and bounds of the env it runs on, as `--set` would
-//! set them; the checker then checks every shape with those values.
+//! Consts of the root file bound from outside it, as `--set` would set them; the checker
+//! then checks every shape with those values.
+//!
+//! - An agent written once for any env of a kind: the consts that its `extern env` names
+//!   in its spaces (`observation: f32[OBS]`, `action: discrete(ACTIONS)`, `box(N, LOW,
+//!   HIGH)`) take the sizes and bounds of the env it runs on ([`bind`]).
+//! - Schedules that follow the run: `TOTAL_STEPS` and `TOTAL_UPDATES` take the length of
+//!   the run being trained ([`bind_run`]).
 
 use crate::host::EnvSpec;
 use crate::overrides::Override;
@@ -154,6 +158,38 @@ pub fn bind(
     Ok(out)
 }
 
+/// The root consts that hold the run's length, bound by `podc train` (docs/training.md):
+/// its env steps (`--total-steps`, of each seed's run, over all devices) and the updates
+/// it makes to reach them (whole calls or reports, as the run rounds them).
+pub const RUN_LENGTH: [&str; 2] = ["TOTAL_STEPS", "TOTAL_UPDATES"];
+
+/// The values of the [`RUN_LENGTH`] consts that the root file declares, for a run of
+/// `total_steps` env steps that makes `total_updates` updates. A value in `given` (a
+/// `--set`, or the overrides of a resumed run) must agree, and is not repeated.
+pub fn bind_run(
+    prog: &Program,
+    (total_steps, total_updates): (u64, u64),
+    given: &[Override],
+) -> Result<Vec<Override>, String> {
+    let mut out = vec![];
+    for (name, value) in RUN_LENGTH.into_iter().zip([total_steps, total_updates]) {
+        if root_const(prog, name).is_none() {
+            continue;
+        }
+        match given.iter().find(|o| o.name == name) {
+            Some(o) if !same_number(&o.value, &json!(value)) => {
+                return Err(format!(
+                    "`{name}` is the run's length, {value} for this run (`--total-steps {total_steps}`), but it is given as {} (by `--set`, or by the run being resumed): give the length with `--total-steps` alone; a resumed run whose schedule reads its length keeps that length",
+                    o.value
+                ));
+            }
+            Some(_) => {}
+            None => out.push(Override { name: name.to_string(), value: json!(value) }),
+        }
+    }
+    Ok(out)
+}
+
 /// A bound as the const's declared type holds it: one number for a scalar const, which
 /// the env's bounds must then share across components, else one per component.
 fn bound_value(c: &ast::Const, b: &[f32], uri: &str) -> Result<Value, String> {
@@ -281,6 +317,26 @@ mod tests {
         assert_eq!(values(&square)[0], ("OBS".into(), json!(3)));
         let e = bind(&prog, "A", &spec(&[3, 4], ActionSpace::Discrete(2)), "u:x", &[]).unwrap_err();
         assert_eq!(e, "`OBS` is 4 for `u:x`'s spaces, but another part of its spaces makes it 3: they must agree");
+    }
+
+    #[test]
+    fn the_runs_length_binds_the_consts_the_file_declares() {
+        let src =
+            "const TOTAL_UPDATES: i32 = 10;\nconst LR: f32 = 0.1;\nfn main() -> f32 { LR * TOTAL_UPDATES as f32 }";
+        let (prog, diags) = crate::driver::check_source("a.pod", src, None);
+        assert!(diags.is_empty());
+        assert_eq!(values(&bind_run(&prog, (1000, 7), &[]).unwrap()), [("TOTAL_UPDATES".into(), json!(7))]);
+        let given = |v: Value| vec![Override { name: "TOTAL_UPDATES".into(), value: v }];
+        assert!(bind_run(&prog, (1000, 7), &given(json!(7.0))).unwrap().is_empty());
+        let e = bind_run(&prog, (1000, 7), &given(json!(8))).unwrap_err();
+        assert!(
+            e.starts_with(
+                "`TOTAL_UPDATES` is the run's length, 7 for this run (`--total-steps 1000`), but it is given as 8"
+            ),
+            "{e}"
+        );
+        let (none, _) = crate::driver::check_source("b.pod", "fn main() -> f32 { 1.0 }", None);
+        assert!(bind_run(&none, (1000, 7), &given(json!(8))).unwrap().is_empty());
     }
 
     #[test]

@@ -385,7 +385,7 @@ pub fn describe(uri: &str, python: Option<std::path::PathBuf>, env_import: Vec<S
     let mut opts = crate::host::Options::new(1);
     opts.python = python;
     opts.env_import = env_import;
-    let spec = crate::host::describe_uri(uri, &opts)?;
+    let (spec, _) = crate::host::describe_uri(uri, &opts)?;
     print!("{}", crate::host::describe::extern_block(uri, &spec));
     Ok(())
 }

@@ -130,9 +130,11 @@ enum Command {
         file: PathBuf,
         #[command(flatten)]
         shape: ShapeArgs,
-        /// Stop after this many env steps (rounded up to whole calls).
-        #[arg(long, default_value_t = 500_000)]
-        total_steps: u64,
+        /// Stop after this many env steps (rounded up to whole calls); default 500,000, or
+        /// a resumed run's own. Consts `TOTAL_STEPS` and `TOTAL_UPDATES` of the file take
+        /// the run's length.
+        #[arg(long)]
+        total_steps: Option<u64>,
         #[arg(long, default_value_t = 0)]
         seed: i64,
         /// Where `metrics.jsonl`, `curve.png` and the checkpoint go (default: a directory of
@@ -144,7 +146,8 @@ enum Command {
         #[arg(long, requires = "out")]
         force: bool,
         /// Continue the run checkpointed in this directory (same flags; `--total-steps` may
-        /// grow), in that directory unless `--out` says otherwise.
+        /// grow unless the agent reads the run's length), in that directory unless `--out`
+        /// says otherwise.
         #[arg(long, value_name = "DIR")]
         resume: Option<PathBuf>,
         /// Write a checkpoint every this many calls (and at the end).
@@ -153,6 +156,10 @@ enum Command {
         /// No progress bar or summary.
         #[arg(long, short)]
         quiet: bool,
+        /// Print the run's fingerprint (the hashes of its programs' StableHLO, the plugin,
+        /// a host env's packages) as JSON and stop: nothing is compiled or trained.
+        #[arg(long)]
+        fingerprint: bool,
         #[command(flatten)]
         source: SourceArgs,
         #[command(flatten)]
@@ -480,6 +487,7 @@ pub fn main(cli: Cli) -> ExitCode {
             resume,
             checkpoint_every,
             quiet,
+            fingerprint,
             source,
             sebulba,
         } => source.options().and_then(|load| {
@@ -497,6 +505,7 @@ pub fn main(cli: Cli) -> ExitCode {
                 quiet,
                 sebulba: shape.sebulba(sebulba),
                 distributed: (*shape.distributed).clone(),
+                fingerprint,
             };
             train::train(args, target)
         }),

@@ -7,7 +7,9 @@ use crate::driver::LoadOptions;
 use crate::overrides::{self, Override};
 use crate::programs::anakin::{AnakinPrograms, DeviceShape, anakin_programs};
 use crate::resolve::Program;
-use crate::train::anakin::{RunShape, Trainer, agent_and_env, pick_agent};
+use crate::runtime::plugin;
+use crate::train::anakin::{Lowered, RunShape, Trainer, agent_and_env, pick_agent};
+use crate::train::fingerprint::Fingerprint;
 use crate::train::run::{self, RunOptions, Summary};
 use crate::train::{checkpoint, interrupt, runs};
 use serde_json::{Value, json};
@@ -19,6 +21,8 @@ pub(super) mod sebulba;
 /// `podc train`'s default `--envs` and `--updates-per-call`.
 pub const DEFAULT_ENVS: usize = 32;
 pub const DEFAULT_UPDATES_PER_CALL: usize = 10;
+/// A new run's length when `--total-steps` does not say (a resumed run keeps its own).
+pub const DEFAULT_TOTAL_STEPS: u64 = 500_000;
 
 /// The sizes given on the command line; the rollout defaults to the one the agent fixes,
 /// else 16.
@@ -48,7 +52,9 @@ pub struct TrainArgs {
     pub load: LoadOptions,
     pub agent: Option<String>,
     pub sizes: Sizes,
-    pub total_steps: u64,
+    /// `--total-steps`, else the resumed run's, else [`DEFAULT_TOTAL_STEPS`] (see
+    /// [`TrainArgs::total_steps`]).
+    pub total_steps: Option<u64>,
     pub seed: i64,
     /// `--out`, else the run's own directory (see `train::runs`).
     pub out: Option<PathBuf>,
@@ -61,6 +67,15 @@ pub struct TrainArgs {
     /// Set when the run is Sebulba's (`--env URI` or `--arch sebulba`).
     pub sebulba: Option<SebulbaFlags>,
     pub distributed: distributed::Flags,
+    /// Print the run's fingerprint (`train::fingerprint`) and stop, compiling nothing.
+    pub fingerprint: bool,
+}
+
+impl TrainArgs {
+    /// The run's length in env steps (of each seed's run).
+    pub fn total_steps(&self) -> u64 {
+        self.total_steps.unwrap_or(DEFAULT_TOTAL_STEPS)
+    }
 }
 
 /// An agent's Anakin programs at `podc train`'s default sizes, for `podc build`.
@@ -189,6 +204,30 @@ fn resume_overrides(a: &mut TrainArgs, checkpoint: Option<&Checkpoint>) {
     }
 }
 
+/// A resumed run without `--total-steps` trains to its checkpoint's length (a checkpoint
+/// made before runs recorded it: to the default).
+fn resume_length(a: &mut TrainArgs, checkpoint: Option<&Checkpoint>) {
+    if let (Some((_, meta)), None) = (checkpoint, a.total_steps) {
+        a.total_steps = meta["total_steps"].as_u64();
+    }
+}
+
+/// Binds the consts that hold the run's length (`binding::bind_run`) into `a.load`'s
+/// overrides, checking the program with them.
+pub(super) fn bind_length(a: &mut TrainArgs) -> Result<(), Failure> {
+    let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
+    let updates = a.total_steps().div_ceil(shape.steps_per_call()) * shape.updates_per_call as u64;
+    let bound = crate::binding::bind_run(&prog, (a.total_steps(), updates), &a.load.overrides)?;
+    if bound.is_empty() {
+        return Ok(());
+    }
+    let values: Vec<String> = bound.iter().map(|o| format!("`{} = {}`", o.name, o.value)).collect();
+    a.load.overrides.extend(bound);
+    let note =
+        format!("{} from the run's length (`--total-steps {}`, agent `{agent}`)", values.join(", "), a.total_steps());
+    super::load_noted(&a.file, &a.load, Some(&note)).map(drop)
+}
+
 /// A checkpoint's arrays and meta.
 pub(super) type Checkpoint = (Vec<(String, crate::array::Array)>, Value);
 
@@ -255,10 +294,11 @@ pub(super) fn run_options(a: &TrainArgs, (agent, env): (&str, &str), config: Val
         out,
         config,
         seed: a.seed,
-        total_steps: a.total_steps,
+        total_steps: a.total_steps(),
         checkpoint_every: a.checkpoint_every,
         quiet: a.quiet,
         job: None,
+        fingerprint: Value::Null,
     })
 }
 
@@ -281,6 +321,34 @@ pub(super) fn resume_read(
         (Some(dir), Some(c)) => Ok(Some(run::resume_from(dir, c, config)?)),
         _ => Ok(None),
     }
+}
+
+/// Whether the resumed run has already trained its length; then it says so.
+pub(super) fn finished(a: &TrainArgs, resumed: Option<&run::Resume>) -> bool {
+    let Some(r) = resumed else { return false };
+    let done = r.meta["env_steps"].as_u64().unwrap_or(0);
+    let finished = done >= a.total_steps();
+    if finished {
+        eprintln!(
+            "`{}` has trained {done} env steps of its {}: nothing to do (to train it further, give a larger `--total-steps`)",
+            r.from.display(),
+            a.total_steps()
+        );
+    }
+    finished
+}
+
+/// The fingerprint's start: the plugin `target` runs on.
+pub(super) fn fingerprint(target: &super::Target) -> Result<Fingerprint, Failure> {
+    Ok(Fingerprint::new(plugin::identity(target.options.backend, target.plugin.as_deref())?))
+}
+
+/// With `--fingerprint`, prints it (and the run stops there).
+pub(super) fn print_fingerprint(a: &TrainArgs, f: &Fingerprint) -> bool {
+    if a.fingerprint {
+        println!("{}", f.to_json());
+    }
+    a.fingerprint
 }
 
 /// The last line of a run; an interrupted run says how to go on, and fails with its signal.
@@ -347,6 +415,7 @@ pub fn train(mut a: TrainArgs, target: &super::Target) -> Result<(), Failure> {
     let job = join(&a.distributed, target)?;
     let checkpoint = read_resume(&a, job)?;
     resume_overrides(&mut a, checkpoint.as_ref());
+    resume_length(&mut a, checkpoint.as_ref());
     if let Some(j) = job {
         a.sizes.processes = j.processes;
     }
@@ -354,16 +423,31 @@ pub fn train(mut a: TrainArgs, target: &super::Target) -> Result<(), Failure> {
         return sebulba::train(a, target, job, checkpoint);
     }
     let writes = begin_in(&a, job)?;
+    bind_length(&mut a)?;
     let (prog, agent, shape) = prepare(&a.file, &a.load, a.agent.as_deref(), &a.sizes)?;
     let cfg = config(&a, &agent, shape);
     let resumed = resume_read(&a, checkpoint, &cfg)?;
+    if finished(&a, resumed.as_ref()) {
+        return Ok(());
+    }
+    let start = Instant::now();
+    let (agent_f, env_f) = agent_and_env(&prog, &a.load.overrides, &agent, shape).map_err(|d| {
+        emit_stderr(&prog.map, &[*d]);
+        Failure::Reported
+    })?;
+    let lowered = Lowered::new(&prog, (&agent_f, &env_f), shape)?;
+    let mut fp = fingerprint(target)?;
+    lowered.fingerprint(&mut fp);
+    if print_fingerprint(&a, &fp) {
+        return Ok(());
+    }
     let client = super::open_runtime(target, Some(shape.devices))?;
     if let Some(j) = job {
-        let extra =
-            json!({"total_steps": a.total_steps, "checkpoint_every": a.checkpoint_every, "resume": a.resume.is_some()});
+        let extra = json!({"total_steps": a.total_steps(), "checkpoint_every": a.checkpoint_every, "resume": a.resume.is_some()});
         check_job(j, &a.file, &cfg, extra, &client, shape.devices)?;
     }
-    let mut t = trainer(&client, &prog, &a.load.overrides, &agent, shape)?;
+    let names = (agent_f.info.name.as_str(), env_f.info.name.as_str());
+    let mut t = Trainer::compile(&client, lowered, names, shape, start)?;
     if let Some(j) = job {
         t = t.in_job(j);
     }
@@ -390,7 +474,7 @@ pub fn train(mut a: TrainArgs, target: &super::Target) -> Result<(), Failure> {
             t.compile_s
         );
     }
-    let o = options_in(&a, (&t.agent, &t.env), cfg, job)?;
+    let o = options_in(&a, (&t.agent, &t.env), (cfg, &fp), job)?;
     let summary = run::train(&mut t, &o, resumed)?;
     end_in(&a, &o.out, &summary, job)
 }
@@ -408,7 +492,7 @@ fn begin_in(a: &TrainArgs, job: Option<&Session>) -> Result<bool, Failure> {
 fn options_in(
     a: &TrainArgs,
     names: (&str, &str),
-    config: Value,
+    (config, fingerprint): (Value, &Fingerprint),
     job: Option<&'static Session>,
 ) -> Result<RunOptions, Failure> {
     let mut o = match job.is_none_or(|j| j.rank == 0) {
@@ -417,13 +501,15 @@ fn options_in(
             out: PathBuf::new(),
             config,
             seed: a.seed,
-            total_steps: a.total_steps,
+            total_steps: a.total_steps(),
             checkpoint_every: a.checkpoint_every,
             quiet: true,
             job: None,
+            fingerprint: Value::Null,
         },
     };
     o.job = job;
+    o.fingerprint = fingerprint.to_json();
     Ok(o)
 }
 

@@ -36,6 +36,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+/// Versions by name, as an env worker reports them: Python's (`python`) and those of the
+/// packages that decide a host env's numbers (`gymnasium`, `numpy`, `envpool`, ...).
+pub type Packages = std::collections::BTreeMap<String, String>;
+
 /// What a host env is: the spaces an agent is checked against.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EnvSpec {
@@ -129,6 +133,12 @@ fn batch_array(spec: &EnvSpec, bytes: &[u8]) -> Result<Array, HostError> {
 pub trait HostEnv: Send {
     /// The spaces of one environment.
     fn spec(&self) -> &EnvSpec;
+
+    /// The versions of what steps the envs, for Python backends (none for `pod:` envs,
+    /// whose programs a run's fingerprint hashes instead).
+    fn packages(&self) -> Packages {
+        Packages::new()
+    }
 
     /// How many environments the batch holds.
     fn num_envs(&self) -> usize;
@@ -269,6 +279,17 @@ pub fn open(uri: &str, opts: &Options, client: Option<&Client>) -> Result<Box<dy
     }
 }
 
+/// The programs that run a `pod:` URI's env for batches of `opts.num_envs` (reset, step
+/// and the step keys, see [`pod::programs`]); `None` for the other backends.
+pub fn pod_programs(uri: &str, opts: &Options) -> Result<Option<[crate::ir::Func; 3]>, HostError> {
+    let parsed = EnvUri::parse(uri)?;
+    if parsed.backend != Backend::Pod {
+        return Ok(None);
+    }
+    let (file, env_name) = pod_target(&parsed)?;
+    Ok(Some(pod::programs(&file, env_name.as_deref(), opts.num_envs, &opts.load)?.2))
+}
+
 /// A `pod:` URI's file and `?env=NAME`.
 fn pod_target(uri: &EnvUri) -> Result<(PathBuf, Option<String>), HostError> {
     let mut env_name = None;
@@ -281,19 +302,19 @@ fn pod_target(uri: &EnvUri) -> Result<(PathBuf, Option<String>), HostError> {
     Ok((PathBuf::from(&uri.id), env_name))
 }
 
-/// The spaces of the env a URI names, without keeping it (`podc env describe`); a `pod:`
-/// env's are its declared ones, and XLA does not compile it.
-pub fn describe_uri(uri: &str, opts: &Options) -> Result<EnvSpec, HostError> {
+/// The spaces of the env a URI names and its worker's packages, without keeping it (`podc
+/// env describe`); a `pod:` env's are its declared ones, and XLA does not compile it.
+pub fn describe_uri(uri: &str, opts: &Options) -> Result<(EnvSpec, Packages), HostError> {
     let parsed = EnvUri::parse(uri)?;
     if parsed.backend == Backend::Pod {
         let (file, env_name) = pod_target(&parsed)?;
-        return pod::spec(&file, env_name.as_deref(), &opts.load);
+        return Ok((pod::spec(&file, env_name.as_deref(), &opts.load)?, Packages::new()));
     }
     let mut one = opts.clone();
     one.num_envs = 1;
     one.env_workers = 1;
     let env = open(uri, &one, None)?;
-    Ok(env.spec().clone())
+    Ok((env.spec().clone(), env.packages()))
 }
 
 /// Everything that can go wrong with host envs. None is a panic.

@@ -50,18 +50,14 @@ impl PodEnv {
         if num_envs == 0 {
             return Err(HostError::Usage("a host env batch needs at least one env".into()));
         }
-        let (prog, env, spec) = load_env(file, name, load)?;
-        let n_state = env.state_len();
-        let reset_b = vmap(&env.reset, &[true], num_envs);
-        let step_b = vmap(&env.step, &vec![true; env.step.graph.params.len()], num_envs);
-        let keys = host_keys_program(&prog, num_envs);
+        let (spec, n_state, [reset, step, keys]) = programs(file, name, num_envs, load)?;
         let compile = |f: &crate::ir::Func| client.compile(&lower_module(f, 1), 1);
         Ok(PodEnv {
             client: client.clone(),
             spec,
             num_envs,
-            reset: compile(&reset_b)?,
-            step: compile(&step_b)?,
+            reset: compile(&reset)?,
+            step: compile(&step)?,
             keys: compile(&keys)?,
             n_state,
             state: vec![],
@@ -105,6 +101,20 @@ fn load_env(
     let spec =
         EnvSpec { name: env.info.name.clone(), obs, action: env.info.action.clone(), time_limit: env.info.time_limit };
     Ok((prog, env, spec))
+}
+
+/// The spaces of the env `name` (or the file's only env) of `file`, the length of its state,
+/// and the programs a batch of `num_envs` runs: reset, step and the step keys.
+pub fn programs(
+    file: &Path,
+    name: Option<&str>,
+    num_envs: usize,
+    load: &crate::driver::LoadOptions,
+) -> Result<(EnvSpec, usize, [crate::ir::Func; 3]), HostError> {
+    let (prog, env, spec) = load_env(file, name, load)?;
+    let reset = vmap(&env.reset, &[true], num_envs);
+    let step = vmap(&env.step, &vec![true; env.step.graph.params.len()], num_envs);
+    Ok((spec, env.state_len(), [reset, step, host_keys_program(&prog, num_envs)]))
 }
 
 /// The spaces of the env `name` (or the file's only env) of `file`, checked and built but not compiled by XLA.

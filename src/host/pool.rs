@@ -24,6 +24,8 @@ pub struct WorkerPool {
     env_import: Vec<String>,
     render: bool,
     spec: EnvSpec,
+    /// What the first worker reported of its packages.
+    packages: super::Packages,
     num_envs: usize,
     slots: Vec<Slot>,
     step_timeout: Duration,
@@ -66,6 +68,7 @@ impl WorkerPool {
                 action: super::ActionSpace::Discrete(1),
                 time_limit: None,
             },
+            packages: super::Packages::new(),
             num_envs: opts.num_envs,
             slots: vec![],
             step_timeout: opts.step_timeout,
@@ -89,6 +92,7 @@ impl WorkerPool {
             worker.handshake(&pool.config(worker.num_envs)).map_err(|e| numbered(e, i))?;
             if i == 0 {
                 pool.spec = worker.spec.clone();
+                pool.packages = worker.packages.clone();
             } else if worker.spec != pool.spec {
                 return Err(HostError::Make {
                     uri: uri.to_string(),
@@ -219,6 +223,10 @@ fn numbered(e: HostError, i: usize) -> HostError {
 impl HostEnv for WorkerPool {
     fn spec(&self) -> &EnvSpec {
         &self.spec
+    }
+
+    fn packages(&self) -> super::Packages {
+        self.packages.clone()
     }
 
     fn num_envs(&self) -> usize {

@@ -95,6 +95,22 @@ def space_spec(np, obs_space, act_space):
     raise ValueError(f"unsupported action space {act_space}; podracer supports Discrete and one-dimensional float Box")
 
 
+def package_versions():
+    """Python's version and those of the packages that decide a host env's numbers, of
+    those the env has imported (a run's fingerprint records them)."""
+    import platform
+    from importlib import metadata
+    out = {"python": platform.python_version()}
+    for dist, module in (("numpy", "numpy"), ("gymnasium", "gymnasium"), ("envpool", "envpool"),
+                         ("ale-py", "ale_py"), ("box2d", "Box2D"), ("mujoco", "mujoco")):
+        if module in sys.modules:
+            try:
+                out[dist] = metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                pass
+    return out
+
+
 def render_error(e, what):
     """A failure to draw as the worker's start-up error: a missing drawing package (such
     as pygame, which Gymnasium raises as DependencyNotInstalled from an ImportError) is
@@ -499,7 +515,7 @@ def main():
             return
     limit = env.time_limit
     send_line({"obs_dtype": dtype, "obs_shape": shape, "action": action,
-               "time_limit": int(limit) if limit else None})
+               "time_limit": int(limit) if limit else None, "packages": package_versions()})
 
     layout = read_line()
     mm = mmap.mmap(shm_fd, layout["size"])

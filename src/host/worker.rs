@@ -4,7 +4,7 @@
 
 use super::shm::Shm;
 use super::uri::EnvUri;
-use super::{ActionSpace, EnvSpec, HostError};
+use super::{ActionSpace, EnvSpec, HostError, Packages};
 use crate::array::{Array, ArrayTy, DType};
 use serde_json::{Value, json};
 use std::io::{ErrorKind, Read, Write};
@@ -99,6 +99,8 @@ pub struct Worker {
     shm: Shm,
     layout: ShmLayout,
     pub spec: EnvSpec,
+    /// The versions the worker reported (see [`Packages`]).
+    pub packages: Packages,
     pub num_envs: usize,
     stderr: Arc<Mutex<Vec<u8>>>,
     stderr_reader: Option<JoinHandle<()>>,
@@ -177,6 +179,7 @@ impl Worker {
             shm,
             layout: ShmLayout::new(0, 0, 0),
             spec: placeholder,
+            packages: Packages::new(),
             num_envs: cfg.num_envs,
             stderr,
             stderr_reader,
@@ -210,6 +213,11 @@ impl Worker {
             });
         }
         self.spec = parse_spec(&report, cfg.uri)?;
+        self.packages = report
+            .get("packages")
+            .and_then(Value::as_object)
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+            .unwrap_or_default();
         self.layout = ShmLayout::new(cfg.num_envs, self.spec.obs_bytes(), self.spec.action_bytes());
         self.shm.map(self.layout.size).map_err(|e| io("mapping the shared memory", e))?;
         let mut line = self.layout.json().to_string();

@@ -177,6 +177,23 @@ pub fn find(backend: Backend, explicit: Option<&Path>) -> Result<Found> {
     Ok(Found::at(path, backend))
 }
 
+/// The plugin [`find`] gives, as a run's fingerprint names it: the pinned package when it
+/// is podc's own install in the cache (`fastatomstruct-xla-cpu==2026.6.23`), else the
+/// library's file name and SHA-256 (any other build may round otherwise).
+pub fn identity(backend: Backend, explicit: Option<&Path>) -> Result<String> {
+    let found = find(backend, explicit)?;
+    let package = package(backend);
+    let pinned = cache_dir().map(|c| install_dir(&c, package).join(package.library));
+    let same = |a: &Path, b: &Path| fs::canonicalize(a).ok().is_some_and(|a| fs::canonicalize(b).ok() == Some(a));
+    if pinned.as_deref().is_ok_and(|p| same(p, &found.path)) {
+        return Ok(package.requirements[0].to_string());
+    }
+    let bytes = fs::read(&found.path)
+        .map_err(|e| RuntimeError::Usage(format!("cannot read the plugin {}: {e}", found.path.display())))?;
+    let name = found.path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    Ok(format!("{name} sha256:{}", crate::train::fingerprint::sha256_hex(&bytes)))
+}
+
 /// The CUDA plugin of `jax-cuda13-pjrt` in the packages of `python`, found without
 /// importing it (which would import JAX).
 fn python_cuda_plugin(mut python: Command) -> Option<PathBuf> {

@@ -7,13 +7,14 @@
 //! state's buffers are donated to the next call, so it never leaves the devices except
 //! for a checkpoint.
 
+use super::fingerprint::Fingerprint;
 use super::run::{Driver, Next, Report, Reported};
 use super::state::DeviceState;
 use crate::array::{Array, Data};
 use crate::distributed::Session;
 use crate::elab::agent::{AgentFuncs, agent_names, build_agent};
 use crate::elab::env::{EnvFuncs, build_env};
-use crate::lower::stablehlo::lower_module_across;
+use crate::lower::stablehlo::{lower_module, lower_module_across};
 use crate::overrides::Override;
 use crate::programs::anakin::{AnakinPrograms, DeviceShape, EPISODE_METRICS, LeafKind, anakin_programs, with_seeds};
 use crate::resolve::Program;
@@ -75,6 +76,33 @@ impl RunShape {
     }
 }
 
+/// A run's programs, built for its shape, with the StableHLO of `train` as it is compiled.
+pub struct Lowered {
+    pub programs: AnakinPrograms,
+    pub train: String,
+}
+
+impl Lowered {
+    pub fn new(prog: &Program, (agent, env): (&AgentFuncs, &EnvFuncs), shape: RunShape) -> Result<Lowered, String> {
+        shape.check()?;
+        let per_device =
+            DeviceShape { envs: shape.envs_per_device(), steps: shape.rollout, updates: shape.updates_per_call };
+        let programs = match anakin_programs(prog, agent, env, per_device) {
+            p if shape.seeds > 1 => with_seeds(p, shape.seeds),
+            p => p,
+        };
+        let train = lower_module_across(&programs.train, shape.devices, shape.processes, programs.state.len());
+        Ok(Lowered { programs, train })
+    }
+
+    /// Adds the run's programs to `f`: `init` (which the reference interpreter runs) and
+    /// `train`.
+    pub fn fingerprint(&self, f: &mut Fingerprint) {
+        f.program("init", &lower_module(&self.programs.init, 1));
+        f.program("train", &self.train);
+    }
+}
+
 /// An agent's training programs, compiled, with their state on the devices.
 pub struct Trainer<'c> {
     client: &'c Client,
@@ -126,24 +154,27 @@ impl<'c> Trainer<'c> {
         shape: RunShape,
         start: Instant,
     ) -> Result<Self, String> {
-        shape.check()?;
-        let per_device =
-            DeviceShape { envs: shape.envs_per_device(), steps: shape.rollout, updates: shape.updates_per_call };
-        let programs = match anakin_programs(prog, agent, env, per_device) {
-            p if shape.seeds > 1 => with_seeds(p, shape.seeds),
-            p => p,
-        };
+        let lowered = Lowered::new(prog, (agent, env), shape)?;
+        Trainer::compile(client, lowered, (&agent.info.name, &env.info.name), shape, start)
+    }
+
+    /// [`Trainer::new`] from the programs already lowered, of the agent and env named.
+    pub fn compile(
+        client: &'c Client,
+        Lowered { programs, train: mlir }: Lowered,
+        (agent, env): (&str, &str),
+        shape: RunShape,
+        start: Instant,
+    ) -> Result<Self, String> {
         let d = shape.devices;
-        let donated = programs.state.len();
-        let mlir = lower_module_across(&programs.train, d, shape.processes, donated);
         let train = client.compile(&mlir, d).map_err(|e| e.to_string())?;
         let compile_s = start.elapsed().as_secs_f64();
         let state = DeviceState::new(programs.state.clone(), (0..d).collect());
         Ok(Trainer {
             client,
             programs,
-            agent: agent.info.name.clone(),
-            env: env.info.name.clone(),
+            agent: agent.to_string(),
+            env: env.to_string(),
             shape,
             compile_s,
             train,

@@ -7,6 +7,7 @@ pub mod anakin;
 mod atomic;
 pub mod checkpoint;
 pub mod eval;
+pub mod fingerprint;
 pub mod interrupt;
 pub mod metrics;
 pub mod plot;

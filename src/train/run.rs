@@ -83,6 +83,8 @@ pub struct RunOptions {
     pub quiet: bool,
     /// The job, when training across processes: only process 0 writes to `out`.
     pub job: Option<&'static Session>,
+    /// The run's fingerprint (`train::fingerprint`), recorded with each checkpoint.
+    pub fingerprint: Value,
 }
 
 /// A checkpoint to continue from, read (and its settings compared) before compiling.
@@ -132,6 +134,13 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
     let writes = o.job.is_none_or(|j| j.rank == 0);
     let start = match &resume {
         Some(r) => {
+            let sha = |f: &Value| f["sha256"].as_str().map(str::to_string);
+            if writes && !o.quiet && sha(&r.meta["fingerprint"]).is_some_and(|s| Some(s) != sha(&o.fingerprint)) {
+                eprintln!(
+                    "note: the programs or the plugin differ from those that made `{}` (`fingerprint` in its checkpoint): the resumed run will not round as one run from the start would",
+                    r.from.display()
+                );
+            }
             d.restore(&r.arrays)?;
             r.meta[D::UNIT].as_u64().ok_or_else(|| format!("the checkpoint has no {} count", D::UNIT))?
         }
@@ -191,7 +200,7 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
         if (r.units / k).is_multiple_of(o.checkpoint_every) || r.units == end || interrupted.is_some() {
             let arrays = d.snapshot()?;
             if writes {
-                save::<D>(&arrays, &o.out, &o.config, r.units, env_steps)?;
+                save::<D>(&arrays, o, r.units, env_steps)?;
             }
         }
         Ok(if interrupted.is_some() { Next::Stop } else { Next::Go })
@@ -250,19 +259,19 @@ fn mean_return(reports: &[Report]) -> Option<f64> {
     (!returns.is_empty()).then(|| returns.iter().sum::<f64>() / returns.len() as f64)
 }
 
-fn save<D: Driver>(
-    arrays: &[(String, Array)],
-    dir: &Path,
-    config: &Value,
-    units: u64,
-    env_steps: u64,
-) -> Result<(), String> {
+/// The checkpoint's meta: the config, how far the run is and how far it goes, and the
+/// fingerprint of what made it.
+fn save<D: Driver>(arrays: &[(String, Array)], o: &RunOptions, units: u64, env_steps: u64) -> Result<(), String> {
     let mut meta = Map::new();
-    meta.insert("config".into(), config.clone());
+    meta.insert("config".into(), o.config.clone());
     meta.insert(D::UNIT.into(), json!(units));
     meta.insert("env_steps".into(), json!(env_steps));
-    checkpoint::save(dir, arrays, &Value::Object(meta))
-        .map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", dir.display()))
+    meta.insert("total_steps".into(), json!(o.total_steps));
+    if !o.fingerprint.is_null() {
+        meta.insert("fingerprint".into(), o.fingerprint.clone());
+    }
+    checkpoint::save(&o.out, arrays, &Value::Object(meta))
+        .map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", o.out.display()))
 }
 
 /// An agent metric's name in the log: its `total` is the `loss`.

@@ -1,7 +1,8 @@
 //! `podc train --env URI` and `podc bench train --env URI`: the Sebulba driver.
 
 use super::{
-    BenchTrainArgs, Checkpoint, Failure, SebulbaFlags, Sizes, TrainArgs, check_job, config, prepare, resume_read,
+    BenchTrainArgs, Checkpoint, Failure, SebulbaFlags, Sizes, TrainArgs, bind_length, check_job, config, fingerprint,
+    finished, prepare, print_fingerprint, resume_read,
 };
 use crate::binding;
 use crate::cli::run_env::{own_env_uri, pod_load};
@@ -10,12 +11,13 @@ use crate::diag::emit_stderr;
 use crate::distributed::Session;
 use crate::driver::LoadOptions;
 use crate::elab::agent::{AgentFuncs, build_agent};
+use crate::host::{Packages, pod_programs};
+use crate::lower::stablehlo::lower_module;
 use crate::overrides::Override;
 use crate::resolve::Program;
-use crate::runtime::Client;
 use crate::train::anakin::pick_agent;
 use crate::train::run;
-use crate::train::sebulba::{Config, Sebulba};
+use crate::train::sebulba::{Config, Lowered, Sebulba};
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Instant;
@@ -42,7 +44,7 @@ fn layout(
     agent: &str,
     sizes: &Sizes,
     flags: &SebulbaFlags,
-    platform: &str,
+    accelerator: bool,
 ) -> Result<Config, Failure> {
     if sizes.seeds != 1 {
         return Err(Failure::Message("`--seeds` batches runs in one Anakin program; Sebulba trains one seed".into()));
@@ -63,7 +65,7 @@ fn layout(
         actor_devices: flags.actor_devices.clone(),
         learner_devices: flags.learner_devices.clone(),
         max_policy_lag: flags.max_policy_lag,
-        double_buffer: flags.double_buffer || (!flags.single_buffer && platform != "cpu"),
+        double_buffer: flags.double_buffer || (!flags.single_buffer && accelerator),
         host,
         processes: sizes.processes,
         rank: 0,
@@ -82,36 +84,43 @@ fn host_options(flags: &SebulbaFlags) -> crate::host::Options {
 
 /// With `--env URI`, the consts that the agent's `extern env` names in its spaces take
 /// that env's sizes (see `binding`), alongside the `--set` values. A program that does not
-/// check with them is reported with the env named.
+/// check with them is reported with the env named. Also returns the packages of a Python
+/// host env, for the run's fingerprint.
 fn bind_env(
     file: &Path,
     opts: &LoadOptions,
     agent: Option<&str>,
     flags: &SebulbaFlags,
-) -> Result<LoadOptions, Failure> {
-    let Some(uri) = &flags.env else { return Ok(opts.clone()) };
+) -> Result<(LoadOptions, Option<Packages>), Failure> {
+    let Some(uri) = &flags.env else { return Ok((opts.clone(), None)) };
     let prog = load(file, opts)?;
     let name = pick_agent(&prog, agent).map_err(|m| format!("`{}`: {m}", file.display()))?;
-    if !binding::takes_sizes(&prog, &name) {
-        return Ok(opts.clone());
+    let takes_sizes = binding::takes_sizes(&prog, &name);
+    let python = crate::host::EnvUri::parse(uri)?.backend != crate::host::Backend::Pod;
+    if !takes_sizes && !python {
+        return Ok((opts.clone(), None));
     }
-    crate::host::EnvUri::parse(uri)?;
     let mut host = host_options(flags);
     host.load = pod_load(uri, file, opts);
-    let spec = crate::host::describe_uri(uri, &host)?;
+    let (spec, packages) = crate::host::describe_uri(uri, &host)?;
+    let packages = python.then_some(packages);
+    if !takes_sizes {
+        return Ok((opts.clone(), packages));
+    }
     let bound = binding::bind(&prog, &name, &spec, uri, &opts.overrides)?;
     let mut out = opts.clone();
     out.overrides.extend(bound.iter().cloned());
     load_noted(file, &out, Some(&binding::note(&bound, uri)))?;
-    Ok(out)
+    Ok((out, packages))
 }
 
-/// Everything up to a compiled driver with a fresh learner.
+/// Everything up to compiling the driver: the program, the agent's functions, the layout,
+/// and the devices the client must have.
 struct Setup {
     prog: Program,
     agent: AgentFuncs,
     cfg: Config,
-    client: Client,
+    devices: usize,
     start: Instant,
 }
 
@@ -126,8 +135,8 @@ fn setup(
     let start = Instant::now();
     let (prog, name, _) = prepare(file, opts, agent, &Sizes { devices: 1, ..*sizes })?;
     let devices = flags.actor_devices.iter().chain(&flags.learner_devices).max().map_or(1, |d| d + 1);
-    let client = super::super::open_runtime(target, Some(devices))?;
-    let mut cfg = layout((&prog, &opts.overrides), &name, sizes, flags, client.platform_name())?;
+    let accelerator = target.options.backend != crate::runtime::Backend::Cpu;
+    let mut cfg = layout((&prog, &opts.overrides), &name, sizes, flags, accelerator)?;
     let per_device = cfg.local_envs() / cfg.learner_devices.len();
     let agent = build_agent(&prog, &opts.overrides, &name, per_device, cfg.rollout).map_err(|d| {
         emit_stderr(&prog.map, &[*d]);
@@ -135,7 +144,7 @@ fn setup(
     })?;
     cfg.uri = env_uri(&prog, &agent, flags)?;
     cfg.host.load = pod_load(&cfg.uri, file, opts);
-    Ok(Setup { prog, agent, cfg, client, start })
+    Ok(Setup { prog, agent, cfg, devices, start })
 }
 
 fn sebulba_config(a: &TrainArgs, s: &Setup) -> Value {
@@ -173,17 +182,42 @@ pub fn train(
 ) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
     let writes = super::begin_in(&a, job)?;
-    a.load = bind_env(&a.file, &a.load, a.agent.as_deref(), &flags)?;
+    let packages;
+    (a.load, packages) = bind_env(&a.file, &a.load, a.agent.as_deref(), &flags)?;
+    bind_length(&mut a)?;
     let mut s = setup(&a.file, &a.load, a.agent.as_deref(), &a.sizes, &flags, target)?;
     let cfg = sebulba_config(&a, &s);
     let resumed = resume_read(&a, checkpoint, &cfg)?;
+    if finished(&a, resumed.as_ref()) {
+        return Ok(());
+    }
     if let Some(j) = job {
         s.cfg.rank = j.rank;
-        let extra =
-            json!({"total_steps": a.total_steps, "checkpoint_every": a.checkpoint_every, "resume": a.resume.is_some()});
-        check_job(j, &a.file, &cfg, extra, &s.client, s.cfg.learner_devices.len())?;
     }
-    let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
+    let lowered = Lowered::new(&s.prog, &s.agent, &s.cfg)?;
+    let mut fp = fingerprint(target)?;
+    lowered.fingerprint(&s.agent, &mut fp);
+    match &packages {
+        Some(p) => fp.host(p),
+        None => {
+            let mut host = s.cfg.host.clone();
+            host.num_envs = s.cfg.batch();
+            for (name, f) in
+                ["env.reset", "env.step", "env.keys"].iter().zip(pod_programs(&s.cfg.uri, &host)?.into_iter().flatten())
+            {
+                fp.program(name, &lower_module(&f, 1));
+            }
+        }
+    }
+    if print_fingerprint(&a, &fp) {
+        return Ok(());
+    }
+    let client = super::super::open_runtime(target, Some(s.devices))?;
+    if let Some(j) = job {
+        let extra = json!({"total_steps": a.total_steps(), "checkpoint_every": a.checkpoint_every, "resume": a.resume.is_some()});
+        check_job(j, &a.file, &cfg, extra, &client, s.cfg.learner_devices.len())?;
+    }
+    let mut t = Sebulba::compile(&client, lowered, &s.agent, s.cfg.clone(), s.start)?;
     if let Some(j) = job {
         t = t.in_job(j);
     }
@@ -206,7 +240,7 @@ pub fn train(
             t.compile_s
         );
     }
-    let o = super::options_in(&a, (&s.agent.info.name, &t.spec.name), cfg, job)?;
+    let o = super::options_in(&a, (&s.agent.info.name, &t.spec.name), (cfg, &fp), job)?;
     let summary = run::train(&mut t, &o, resumed)?;
     super::end_in(&a, &o.out, &summary, job)
 }
@@ -216,9 +250,10 @@ pub fn train(
 /// and the learner spent their time.
 pub fn bench(a: BenchTrainArgs, target: &crate::cli::Target) -> Result<(), Failure> {
     let flags = a.sebulba.clone().expect("called for Sebulba runs");
-    let load = bind_env(&a.file, &a.load, a.agent.as_deref(), &flags)?;
+    let (load, _) = bind_env(&a.file, &a.load, a.agent.as_deref(), &flags)?;
     let s = setup(&a.file, &load, a.agent.as_deref(), &a.sizes, &flags, target)?;
-    let mut t = Sebulba::new(&s.client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
+    let client = super::super::open_runtime(target, Some(s.devices))?;
+    let mut t = Sebulba::new(&client, &s.prog, &s.agent, s.cfg.clone(), s.start)?;
     let runs = run::bench(&mut t, a.runs)?;
     let sps: Vec<f64> = runs.iter().map(|r| r.steps_per_sec).collect();
     let share = |key: &str| {

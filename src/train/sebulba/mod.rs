@@ -25,12 +25,13 @@ use crate::distributed::Session;
 use crate::elab::agent::{AgentFuncs, AgentInfo};
 use crate::host::{self, EnvSpec};
 use crate::ir::Func;
-use crate::lower::stablehlo::{lower_module_across, lower_module_donating};
+use crate::lower::stablehlo::{lower_module, lower_module_across, lower_module_donating};
 use crate::programs::anakin::{Leaf, LeafKind};
 use crate::programs::leaf_names;
 use crate::programs::sebulba::{SebulbaPrograms, sebulba_programs};
 use crate::resolve::Program;
 use crate::runtime::{Buffer, Client, Executable};
+use crate::train::fingerprint::Fingerprint;
 use crate::train::run::{Driver, Next, Report, Reported};
 use crate::train::state::DeviceState;
 use policy::PolicyStore;
@@ -124,6 +125,36 @@ pub fn agent_spec(agent: &AgentInfo) -> Result<EnvSpec, String> {
     Ok(EnvSpec { name: env.name.clone(), obs, action: env.action.clone(), time_limit: env.time_limit })
 }
 
+/// A run's programs, built for its layout, with the StableHLO of `learn` and `act` as they
+/// are compiled.
+pub struct Lowered {
+    pub spec: EnvSpec,
+    pub programs: SebulbaPrograms,
+    pub learn: String,
+    pub act: String,
+}
+
+impl Lowered {
+    pub fn new(prog: &Program, agent: &AgentFuncs, cfg: &Config) -> Result<Lowered, String> {
+        cfg.check()?;
+        let spec = agent_spec(&agent.info)?;
+        let programs = sebulba_programs(prog, agent, cfg.batch());
+        let (n, l) = (programs.learner.len(), cfg.learner_devices.len());
+        let learn = lower_module_across(&programs.learn, l, cfg.processes, n + 1);
+        let act = lower_module_donating(&programs.act, 1, 1);
+        Ok(Lowered { spec, programs, learn, act })
+    }
+
+    /// Adds the run's programs to `f`: the agent's `init` and the `keys` (which the
+    /// reference interpreter runs), `learn` and `act`.
+    pub fn fingerprint(&self, agent: &AgentFuncs, f: &mut Fingerprint) {
+        f.program("init", &lower_module(&agent.init, 1));
+        f.program("keys", &lower_module(&self.programs.keys, 1));
+        f.program("learn", &self.learn);
+        f.program("act", &self.act);
+    }
+}
+
 /// The compiled programs and the learner's state on the learner devices.
 pub struct Sebulba {
     client: Client,
@@ -153,19 +184,24 @@ impl Sebulba {
         cfg: Config,
         start: Instant,
     ) -> Result<Self, String> {
-        cfg.check()?;
-        let spec = agent_spec(&agent.info)?;
-        let programs = sebulba_programs(prog, agent, cfg.batch());
-        let n = programs.learner.len();
+        let lowered = Lowered::new(prog, agent, &cfg)?;
+        Sebulba::compile(client, lowered, agent, cfg, start)
+    }
+
+    /// [`Sebulba::new`] from the programs already lowered.
+    pub fn compile(
+        client: &Client,
+        Lowered { spec, programs, learn, act }: Lowered,
+        agent: &AgentFuncs,
+        cfg: Config,
+        start: Instant,
+    ) -> Result<Self, String> {
         let l = cfg.learner_devices.len();
-        let learn = client
-            .compile_on(&lower_module_across(&programs.learn, l, cfg.processes, n + 1), &cfg.learner_devices)
-            .map_err(|e| e.to_string())?;
-        let act_mlir = lower_module_donating(&programs.act, 1, 1);
+        let learn = client.compile_on(&learn, &cfg.learner_devices).map_err(|e| e.to_string())?;
         let act = cfg
             .actor_devices
             .iter()
-            .map(|&d| client.compile_on(&act_mlir, &[d]).map(Arc::new).map_err(|e| e.to_string()))
+            .map(|&d| client.compile_on(&act, &[d]).map(Arc::new).map_err(|e| e.to_string()))
             .collect::<Result<_, _>>()?;
         let mut state: Vec<Leaf> = leaf_names(&agent.info.learner, "learner")
             .into_iter()
