@@ -11,6 +11,7 @@ mod tier;
 mod anakin;
 mod compile_cache;
 mod eval;
+mod run_length;
 mod runtime;
 mod train;
 mod train_checkpoint;
