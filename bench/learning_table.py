@@ -25,6 +25,7 @@ though its programs changed says why (`--keep`), for the fingerprint it was kept
 CPU is recorded too, and named where it differs, but does not make a row stale.
 """
 import argparse
+import concurrent.futures
 import json
 import re
 import shlex
@@ -146,7 +147,9 @@ def setup(podc, command):
     """Installs what the row's env needs (SETUP), once per process."""
     for needle, args in SETUP.items():
         if needle in command and needle not in setup.done:
-            subprocess.run([podc, *args], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+            p = subprocess.run([podc, *args], cwd=ROOT, capture_output=True, text=True)
+            if p.returncode != 0:
+                raise SystemExit(f"podc {' '.join(args)} failed:\n{p.stderr}")
             setup.done.add(needle)
 
 
@@ -263,9 +266,13 @@ def save(results):
 def stale_rows(podc, rows, results):
     """Each row's current fingerprint, and the stale ones with why; says where a row's
     runs were made on another CPU."""
-    current, stale = {}, {}
+    for row in rows:
+        setup(podc, row[2])
+    # A podc process a row, a few at a time: most of each is Python starting an env worker.
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        current = dict(zip([r[0] for r in rows], pool.map(lambda r: fingerprint(podc, r[2]), rows)))
+    stale = {}
     for name, _, command, _ in rows:
-        current[name] = fingerprint(podc, command)
         why = staleness(results.get(name), current[name])
         if why:
             stale[name] = why

@@ -284,7 +284,12 @@ pub(super) fn check_job(
 }
 
 /// What the run loop takes of the flags; `env` names the env in a new run's directory.
-pub(super) fn run_options(a: &TrainArgs, (agent, env): (&str, &str), config: Value) -> Result<RunOptions, Failure> {
+fn run_options(
+    a: &TrainArgs,
+    (agent, env): (&str, &str),
+    config: Value,
+    fingerprint: Value,
+) -> Result<RunOptions, Failure> {
     let out = match (&a.out, &a.resume) {
         (Some(out), _) => out.clone(),
         (None, Some(resumed)) => resumed.clone(),
@@ -298,7 +303,7 @@ pub(super) fn run_options(a: &TrainArgs, (agent, env): (&str, &str), config: Val
         checkpoint_every: a.checkpoint_every,
         quiet: a.quiet,
         job: None,
-        fingerprint: Value::Null,
+        fingerprint,
     })
 }
 
@@ -495,8 +500,9 @@ fn options_in(
     (config, fingerprint): (Value, &Fingerprint),
     job: Option<&'static Session>,
 ) -> Result<RunOptions, Failure> {
+    let fingerprint = fingerprint.to_json();
     let mut o = match job.is_none_or(|j| j.rank == 0) {
-        true => run_options(a, names, config)?,
+        true => run_options(a, names, config, fingerprint)?,
         false => RunOptions {
             out: PathBuf::new(),
             config,
@@ -505,11 +511,10 @@ fn options_in(
             checkpoint_every: a.checkpoint_every,
             quiet: true,
             job: None,
-            fingerprint: Value::Null,
+            fingerprint,
         },
     };
     o.job = job;
-    o.fingerprint = fingerprint.to_json();
     Ok(o)
 }
 

@@ -109,7 +109,15 @@ fn an_example_anneals_over_the_run_it_is_given() {
     let out = dir.path().join("run");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     // One call of 10 updates of 32 envs x 64 steps.
-    let args = ["train", "examples/cartpole_impala.pod", "-q", "--total-steps", "20480", "--out", out.to_str().expect("utf-8")];
+    let args = [
+        "train",
+        "examples/cartpole_impala.pod",
+        "-q",
+        "--total-steps",
+        "20480",
+        "--out",
+        out.to_str().expect("utf-8"),
+    ];
     let o = Command::new(env!("CARGO_BIN_EXE_podc")).args(args).current_dir(root).output().expect("podc starts");
     assert!(o.status.success(), "{}", stderr(&o));
     let (_, meta) = checkpoint::load(&out).expect("a checkpoint");
