@@ -153,8 +153,8 @@ fn is_own_env(uri: &str, prog: &Program, name: &str) -> bool {
     }
 }
 
-/// Opens the host env `uri` for `num_envs` envs and checks it against the agent's env
-/// as `podc train` does.
+/// Opens the host env `uri` for `num_envs` envs, restarting no worker, and checks it
+/// against the agent's env as `podc train` does.
 fn open_host(
     uri: &str,
     opts: &host::Options,
@@ -166,6 +166,9 @@ fn open_host(
     let mut opts = opts.clone();
     opts.num_envs = num_envs;
     opts.render = render;
+    // A restarted worker cuts its episodes short: an evaluation would count returns it
+    // never measured, so a failure is an error.
+    opts.max_restarts = 0;
     let env = host::open(uri, &opts, Some(client))?;
     check_spec(&agent_spec(&policy.info)?, env.spec(), uri)?;
     Ok(env)

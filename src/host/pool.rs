@@ -38,6 +38,9 @@ pub struct WorkerPool {
     last_obs: Vec<u8>,
     /// The last fault, in words (also printed on stderr when it happens).
     last_fault: Option<String>,
+    /// What the last restarted worker said of its failure and its stderr: a failure that
+    /// repeats them exactly, traceback included, is not retried.
+    last_failure: Option<(String, String)>,
     /// A step sent and not yet received: its deadline, and the workers that failed
     /// to take it.
     in_flight: Option<(Instant, Vec<(usize, Fault)>)>,
@@ -78,6 +81,7 @@ impl WorkerPool {
             seed: 0,
             last_obs: vec![],
             last_fault: None,
+            last_failure: None,
             in_flight: None,
         };
         // Launch all, then wait for each: the workers make their envs at the same time.
@@ -159,9 +163,11 @@ impl WorkerPool {
     }
 
     /// Replaces slot `i`'s failed worker by a fresh one, reset. Each attempt counts
-    /// against the bound, so a worker that keeps failing ends in an error; a cancelled
-    /// wait is no failure and ends in [`HostError::Cancelled`]. `in_step`: the
-    /// fault interrupted a step (rather than a reset), which the caller records.
+    /// against the bound, so a worker that keeps failing ends in an error, and a failure
+    /// exactly like the one before the last restart ends in one at once; with a bound of
+    /// 0 any failure is an error. A cancelled wait is no failure and ends in
+    /// [`HostError::Cancelled`]. `in_step`: the fault interrupted a step (rather than a
+    /// reset), which the caller records.
     fn restart(&mut self, i: usize, fault: Fault, in_step: bool) -> Result<(), HostError> {
         let mut fault = fault;
         loop {
@@ -172,9 +178,25 @@ impl WorkerPool {
             let reason = s.worker.describe(&fault);
             let stderr = s.worker.kill_and_tail();
             let (lo, hi) = (s.first, s.first + s.worker.num_envs);
+            if self.max_restarts == 0 {
+                return Err(HostError::Worker { worker: i, reason, stderr });
+            }
+            // The same words and the same traceback: the same exception at the same place,
+            // which a new worker will meet again. (A kill or a hang leaves no traceback:
+            // those are retried up to the bound.)
+            let failure = (reason, stderr);
+            if !failure.1.trim().is_empty() && self.last_failure.as_ref() == Some(&failure) {
+                let reason = format!(
+                    "{}, exactly as before its last restart (its stderr is above): a failure that repeats is not retried",
+                    failure.0
+                );
+                return Err(HostError::Worker { worker: i, reason, stderr: String::new() });
+            }
+            let (reason, stderr) = failure.clone();
             if self.restarts >= self.max_restarts {
                 return Err(HostError::TooManyRestarts { restarts: self.restarts, worker: i, reason, stderr });
             }
+            self.last_failure = Some(failure);
             self.restarts += 1;
             let report = format!("env worker {i} (envs {lo}..{hi}) failed: {reason}");
             eprintln!(

@@ -399,21 +399,49 @@ fn restarts_are_bounded() {
     if tier::slow("Python env workers") {
         return;
     }
-    let mut env = faulty("raise", 2, 1, 1, Duration::from_secs(60), 1);
+    // Each worker's error names its process: no failure repeats another.
+    let mut env = faulty("raise_pid", 2, 1, 1, Duration::from_secs(60), 2);
     let mut out = StepOut::new(env.spec(), 1);
     env.reset(0, &mut out).unwrap();
     let mut err = None;
-    for _ in 0..6 {
+    for _ in 0..9 {
         if let Err(e) = env.step(&discrete(&[1]), &mut out) {
             err = Some(e);
             break;
         }
     }
-    let e = err.expect("the second fault is one too many");
-    assert!(matches!(e, HostError::TooManyRestarts { restarts: 1, .. }), "{e:?}");
+    let e = err.expect("the third fault is one too many");
+    assert!(matches!(e, HostError::TooManyRestarts { restarts: 2, .. }), "{e:?}");
     let text = e.to_string();
-    assert!(text.contains("ValueError: boom at step 2"), "{text}");
-    assert_eq!(env.restarts(), 1);
+    assert!(text.contains("ValueError: boom at step 2 in process"), "{text}");
+    assert_eq!(env.restarts(), 2);
+}
+
+/// A failure that repeats the last one exactly (the same exception at the same place) is
+/// an error at once, well within the bound, without its traceback a second time; with a
+/// bound of 0 (`podc eval`) the first failure is an error.
+#[test]
+fn a_repeated_failure_is_not_retried() {
+    if tier::slow("Python env workers") {
+        return;
+    }
+    let fail = |max_restarts: u64| {
+        let mut env = faulty("raise", 2, 1, 1, Duration::from_secs(60), max_restarts);
+        let mut out = StepOut::new(env.spec(), 1);
+        env.reset(0, &mut out).unwrap();
+        let e = (0..9).find_map(|_| env.step(&discrete(&[1]), &mut out).err()).expect("a fault ends the steps");
+        (e, env.restarts())
+    };
+    let (e, restarts) = fail(10);
+    assert_eq!(restarts, 1);
+    let text = e.to_string();
+    assert!(matches!(e, HostError::Worker { worker: 0, .. }), "{e:?}");
+    assert!(text.contains("exactly as before its last restart"), "{text}");
+    assert!(!text.contains("boom"), "the traceback was shown at the restart: {text}");
+    let (e, restarts) = fail(0);
+    assert_eq!(restarts, 0);
+    assert!(matches!(e, HostError::Worker { worker: 0, .. }), "{e:?}");
+    assert!(e.to_string().contains("ValueError: boom at step 2"), "{e}");
 }
 
 /// (d) When the process holding workers is SIGKILLed, no worker survives it, even one busy

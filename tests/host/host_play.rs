@@ -207,6 +207,23 @@ fn eval_counts_exactly_the_episodes_asked_for_and_repeats_with_the_seed() {
     assert_balanced(&v, "gymnasium:CartPole-v1");
 }
 
+/// An env worker that fails during an evaluation fails the evaluation: no mean of
+/// episodes cut short, and no restarts.
+#[test]
+fn eval_fails_when_an_env_worker_fails() {
+    if tier::slow("Python env workers") {
+        return;
+    }
+    let faulty = root().join("tests/fixtures/host/faulty_envs.py");
+    let env = "gymnasium:PodTest/Faulty-v0?fail_at=30";
+    let mut args = balanced(env);
+    args.extend(["--env-import", faulty.to_str().expect("utf-8")]);
+    let o = podc(&args, Some(Backend::Gymnasium));
+    assert_fails(&o, &["env worker 0 failed", "ValueError: boom at step 30"]);
+    assert!(o.stdout.is_empty(), "no result: {}", String::from_utf8_lossy(&o.stdout));
+    assert!(!stderr(&o).contains("restarting"), "{}", stderr(&o));
+}
+
 /// `podc eval` of the balancing controller, greedy, on `env`.
 fn balanced(env: &str) -> Vec<&str> {
     vec!["eval", "pole.pod", "--checkpoint", "balance", "--episodes", "4", "--greedy", "--env", env, "--json"]
