@@ -43,13 +43,19 @@ fn field(records: &[metrics::Record], key: &str) -> Vec<f64> {
     records.iter().map(|r| r[key].as_f64().expect("a number")).collect()
 }
 
-#[test]
-fn the_runs_length_binds_the_schedule_and_a_resume_keeps_it() {
+/// A directory with `schedule.pod` (holding `agent`) and the `envs/catch.pod` it uses.
+fn agent_dir(agent: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::create_dir(dir.path().join("envs")).expect("mkdir");
     let catch = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/envs/catch.pod");
     std::fs::copy(catch, dir.path().join("envs/catch.pod")).expect("copy catch.pod");
-    std::fs::write(dir.path().join("schedule.pod"), SCHEDULE).expect("write the agent");
+    std::fs::write(dir.path().join("schedule.pod"), agent).expect("write the agent");
+    dir
+}
+
+#[test]
+fn the_runs_length_binds_the_schedule_and_a_resume_keeps_it() {
+    let dir = agent_dir(SCHEDULE);
     let out = dir.path().join("run");
     let os = out.to_str().expect("utf-8");
 
@@ -99,6 +105,31 @@ fn the_runs_length_binds_the_schedule_and_a_resume_keeps_it() {
     assert_eq!(fingerprint("100"), meta["fingerprint"]);
     assert_ne!(fingerprint("200")["programs"]["train"], meta["fingerprint"]["programs"]["train"]);
     assert_eq!(fingerprint("200")["programs"]["init"], meta["fingerprint"]["programs"]["init"]);
+}
+
+/// A run stopped short of its length, resumed with `--resume` alone, trains to that length.
+#[test]
+fn a_resume_alone_trains_to_the_runs_own_length() {
+    let plain = SCHEDULE
+        .replace("const TOTAL_STEPS: i32 = 1;\nconst TOTAL_UPDATES: i32 = 1;\n", "")
+        .replace("n as f32 / TOTAL_UPDATES as f32", "0.0")
+        .replace("TOTAL_STEPS as f32", "0.0")
+        .replace("TOTAL_UPDATES as f32", "0.0");
+    let dir = agent_dir(&plain);
+    let out = dir.path().join("run");
+    let os = out.to_str().expect("utf-8");
+    let o = podc(dir.path(), &["--total-steps", "64", "--out", os]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Its checkpoint as a run begun for 128 steps and stopped after 64 leaves it.
+    let meta_file = out.join(checkpoint::META_FILE);
+    let mut record: Value = serde_json::from_str(&std::fs::read_to_string(&meta_file).expect("read")).expect("JSON");
+    assert_eq!(record["meta"]["total_steps"], json!(64));
+    record["meta"]["total_steps"] = json!(128);
+    std::fs::write(&meta_file, record.to_string()).expect("write");
+    let o = podc(dir.path(), &["--resume", os]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let records = metrics::read(&out).expect("metrics");
+    assert_eq!(field(&records, "env_steps"), [32.0, 64.0, 96.0, 128.0]);
 }
 
 /// The examples that anneal take the run's length without `--set`: half of IMPALA's
