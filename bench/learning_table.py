@@ -222,7 +222,7 @@ def adopt(row, seed, run_dir):
     words = shlex.split(command)
     flag = lambda f, default: words[words.index(f) + 1] if f in words else default
     want = {"file": words[1], "seed": seed, "agent": flag("--agent", config.get("agent")),
-            "envs": int(flag("--envs", config.get("envs")))}
+            "envs": int(flag("--envs", config.get("envs"))), "env": flag("--env", config.get("env"))}
     got = {k: config.get(k) for k in want}
     if got != want:
         raise SystemExit(f"{run_dir} is not a run of row {name} with seed {seed}: {got} != {want}")
