@@ -97,6 +97,33 @@ fn pod_runs_are_deterministic() {
     assert_ne!(records(&c).iter().map(untimed).collect::<Vec<_>>(), ra.iter().map(untimed).collect::<Vec<_>>());
 }
 
+/// A run without `--out` is named after the host env it trains on, not the agent's
+/// generic `extern env`.
+#[test]
+fn a_runs_directory_names_the_host_env() {
+    if tier::slow("Python env workers") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ppo = root().join("examples/ppo.pod");
+    let args = ["train", ppo.to_str().unwrap(), "--env", "gymnasium:CartPole-v1", "-q", "--total-steps", "4096"];
+    let o = Command::new(env!("CARGO_BIN_EXE_podc"))
+        .args(args)
+        .args(["--updates-per-call", "1", "--python"])
+        .arg(cache_python())
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let names: Vec<String> = std::fs::read_dir(dir.path().join("runs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "latest")
+        .collect();
+    let [name] = &names[..] else { panic!("{names:?}") };
+    assert!(name.starts_with("PPO__CartPole-v1__0__"), "{name}");
+}
+
 #[test]
 fn resume_continues_from_the_learner_checkpoint() {
     let dir = tempfile::tempdir().unwrap();

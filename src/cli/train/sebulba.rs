@@ -240,7 +240,11 @@ pub fn train(
             t.compile_s
         );
     }
-    let o = super::options_in(&a, (&s.agent.info.name, &t.spec.name), (cfg, &fp), job)?;
+    // A new run's directory names the host env by its ID (`PPO__Acrobot-v1__0__..`), a
+    // `pod:` env by its name: the agent's env is often a generic `extern env`.
+    let uri = crate::host::EnvUri::parse(&s.cfg.uri)?;
+    let env = if uri.backend == crate::host::Backend::Pod { t.spec.name.clone() } else { uri.id.clone() };
+    let o = super::options_in(&a, (&s.agent.info.name, &env), (cfg, &fp), job)?;
     let summary = run::train(&mut t, &o, resumed)?;
     super::end_in(&a, &o.out, &summary, job)
 }
