@@ -111,14 +111,23 @@ pub fn check(prog: &Program, overrides: &[Override]) -> Vec<Diag> {
 /// Builds the IR of an entry function of a program that checked cleanly.
 pub fn build(prog: &Program, overrides: &[Override], entry: &str) -> Result<(Func, Vec<Ty>, Ty), Box<Diag>> {
     let r = prog.root_fn(entry).ok_or_else(|| {
-        let span = prog.modules.first().and_then(|m| m.ast.items.first()).map(|i| crate::resolve::item_name(i).span);
-        Diag::new(
+        let items = prog.modules.first().map_or(&[][..], |m| &m.ast.items[..]);
+        // A file of agents is trained and evaluated, not run: say how, at its first agent.
+        let agent = items.iter().find(|i| matches!(i, ast::Item::Agent(_)));
+        let span = agent.or(items.first()).map(|i| crate::resolve::item_name(i).span);
+        let d = Diag::new(
             "E0223",
             format!("no function `{entry}` in the root module"),
             span.unwrap_or_default(),
             "expected an entry point",
-        )
-        .with_help("choose one with `--entry NAME`")
+        );
+        match agent {
+            Some(a) => d.with_help(format!(
+                "`{}` is an agent: train it with `podc train`, evaluate a trained one with `podc eval FILE --checkpoint RUN_DIR`; or choose a function with `--entry NAME`",
+                crate::resolve::item_name(a).name
+            )),
+            None => d.with_help("choose one with `--entry NAME`"),
+        }
     });
     let r = r.map_err(Box::new)?;
     let ast::Item::Fn(f) = prog.item(r) else { unreachable!("root_fn returns functions") };

@@ -219,3 +219,19 @@ fn bench_run_times_a_compiled_entry() {
     assert!(!bad.status.success());
     assert!(stderr(&bad).contains("argument"), "{}", stderr(&bad));
 }
+
+/// `podc eval` or `run` of a file of agents, without `--checkpoint`, says how agents are
+/// trained and evaluated, at the agent.
+#[test]
+fn running_an_agent_file_says_how_to_evaluate_it() {
+    for cmd in ["eval", "run"] {
+        let o = podc(&[cmd, "examples/ppo.pod"]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("error[E0223]: no function `main` in the root module"), "{err}");
+        assert!(err.contains("agent PPO for Env {"), "the agent is shown: {err}");
+        assert!(err.contains("`podc eval FILE --checkpoint RUN_DIR`"), "{err}");
+    }
+    let o = podc(&["run", "examples/basics/dense.pod", "--entry", "nope"]);
+    assert!(stderr(&o).contains("help: choose one with `--entry NAME`"), "{}", stderr(&o));
+}
