@@ -64,6 +64,10 @@ fn unknown_names_and_bad_values_are_clear_errors() {
     );
     insta::assert_snapshot!("wrong_dtype", failure(&["eval", "tests/overrides/sizes.pod", "--set", "N=2.5"]));
     insta::assert_snapshot!("wrong_shape", failure(&["eval", "tests/overrides/sizes.pod", "--set", "OFFSETS=[1]"]));
+    // A size that does not fit is the only error: not the shapes it would have made.
+    let sized = failure(&["check", "examples/sac.pod", "--set", "HIDDEN=2.5"]);
+    assert_eq!(sized.matches("error[").count(), 1, "{sized}");
+    assert!(sized.contains("error[E0232]: `--set HIDDEN=2.5` does not fit `HIDDEN: i32`"), "{sized}");
     insta::assert_snapshot!("given_twice", failure(&["check", agent, "--set", "LR=0.1", "--set", "LR=0.2"]));
     insta::assert_snapshot!("no_equals", failure(&["check", agent, "--set", "LR"]));
 }
