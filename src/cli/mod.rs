@@ -135,6 +135,8 @@ enum Command {
         /// the run's length.
         #[arg(long)]
         total_steps: Option<u64>,
+        /// The run's seed: the learner's initialisation, the envs' resets and every
+        /// sample come from `key(seed)` (with `--seeds N`, the first of N).
         #[arg(long, default_value_t = 0)]
         seed: i64,
         /// Where `metrics.jsonl`, `curve.png` and the checkpoint go (default: a directory of
