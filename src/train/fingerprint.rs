@@ -1,7 +1,9 @@
 //! A run's fingerprint: what decides its numbers beside its command, hashed, so that a
 //! result recorded with it (`docs/learning-runs.json`) knows when it has gone stale.
-//! `podc train ... --fingerprint` prints it without compiling anything; every run records
-//! it in its checkpoint.
+//! `podc train ... --fingerprint` prints it without compiling anything; every run writes
+//! it into its directory ([`FILE`]). It is not part of the checkpoint: the same run made
+//! by other layouts (two processes, or one with two devices) has the same state from
+//! programs compiled for other replica counts.
 //!
 //! - The StableHLO of every program the run compiles, or runs in the reference
 //!   interpreter, at the run's sizes, with its `--set` and bound consts in it. Anakin:
@@ -21,6 +23,30 @@
 use crate::host::Packages;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
+use std::path::Path;
+
+/// The file in a run's directory that holds the fingerprint of the programs that made it
+/// (of its last start, when resumed).
+pub const FILE: &str = "fingerprint.json";
+
+/// Writes `fingerprint` (`null`: none) into the run directory `dir`; where the run
+/// resumes one made under another fingerprint (`from`'s), says so unless `quiet`.
+pub fn record(dir: &Path, fingerprint: &Value, from: Option<&Path>, quiet: bool) -> std::io::Result<()> {
+    if fingerprint.is_null() {
+        return Ok(());
+    }
+    let sha = |f: &Value| f["sha256"].as_str().map(str::to_string);
+    let before = from.and_then(|d| std::fs::read(d.join(FILE)).ok()).and_then(|b| serde_json::from_slice(&b).ok());
+    if let (Some(d), Some(_)) = (from, before.filter(|b: &Value| !quiet && sha(b) != sha(fingerprint))) {
+        eprintln!(
+            "note: the programs, the plugin or the env's packages differ from those that made `{}` (its {FILE}): the resumed run will not round as one run from the start would",
+            d.display()
+        );
+    }
+    let mut text = serde_json::to_vec_pretty(fingerprint)?;
+    text.push(b'\n');
+    super::atomic::replace(dir, FILE, &text)
+}
 
 /// The SHA-256 of `bytes`, in hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {

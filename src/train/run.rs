@@ -5,7 +5,7 @@
 //! decided here, once.
 
 use super::tensorboard::EventWriter;
-use super::{checkpoint, metrics, plot, progress::Progress};
+use super::{checkpoint, fingerprint, metrics, plot, progress::Progress};
 use crate::array::Array;
 use crate::distributed::Session;
 use serde_json::{Map, Value, json};
@@ -83,7 +83,7 @@ pub struct RunOptions {
     pub quiet: bool,
     /// The job, when training across processes: only process 0 writes to `out`.
     pub job: Option<&'static Session>,
-    /// The run's fingerprint (`train::fingerprint`), recorded with each checkpoint.
+    /// The run's fingerprint (`train::fingerprint`), written beside its checkpoint.
     pub fingerprint: Value,
 }
 
@@ -134,13 +134,6 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
     let writes = o.job.is_none_or(|j| j.rank == 0);
     let start = match &resume {
         Some(r) => {
-            let sha = |f: &Value| f["sha256"].as_str().map(str::to_string);
-            if writes && !o.quiet && sha(&r.meta["fingerprint"]).is_some_and(|s| Some(s) != sha(&o.fingerprint)) {
-                eprintln!(
-                    "note: the programs or the plugin differ from those that made `{}` (`fingerprint` in its checkpoint): the resumed run will not round as one run from the start would",
-                    r.from.display()
-                );
-            }
             d.restore(&r.arrays)?;
             r.meta[D::UNIT].as_u64().ok_or_else(|| format!("the checkpoint has no {} count", D::UNIT))?
         }
@@ -158,6 +151,9 @@ pub fn train<D: Driver>(d: &mut D, o: &RunOptions, resume: Option<Resume>) -> Re
                 None => metrics::MetricsLog::create(&o.out),
             };
             let log = log.map_err(|e| e.to_string())?;
+            let from = resume.as_ref().map(|r| r.from.as_path());
+            fingerprint::record(&o.out, &o.fingerprint, from, o.quiet)
+                .map_err(|e| format!("cannot write to `{}`: {e}", o.out.display()))?;
             let events =
                 EventWriter::create(&o.out).map_err(|e| format!("cannot write to `{}`: {e}", o.out.display()))?;
             Some((log, events))
@@ -259,17 +255,13 @@ fn mean_return(reports: &[Report]) -> Option<f64> {
     (!returns.is_empty()).then(|| returns.iter().sum::<f64>() / returns.len() as f64)
 }
 
-/// The checkpoint's meta: the config, how far the run is and how far it goes, and the
-/// fingerprint of what made it.
+/// The checkpoint's meta: the config, and how far the run is and how far it goes.
 fn save<D: Driver>(arrays: &[(String, Array)], o: &RunOptions, units: u64, env_steps: u64) -> Result<(), String> {
     let mut meta = Map::new();
     meta.insert("config".into(), o.config.clone());
     meta.insert(D::UNIT.into(), json!(units));
     meta.insert("env_steps".into(), json!(env_steps));
     meta.insert("total_steps".into(), json!(o.total_steps));
-    if !o.fingerprint.is_null() {
-        meta.insert("fingerprint".into(), o.fingerprint.clone());
-    }
     checkpoint::save(&o.out, arrays, &Value::Object(meta))
         .map_err(|e| format!("cannot write the checkpoint to `{}`: {e}", o.out.display()))
 }

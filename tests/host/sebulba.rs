@@ -529,21 +529,24 @@ fn agents_take_their_sizes_from_the_env_they_train_on() {
             .unwrap()
     };
     for (agent, env, want) in [
-        ("examples/ppo.pod", "cartpole", serde_json::json!({"OBS": 4, "ACTIONS": 2})),
-        ("examples/ppo.pod", "memory_chain", serde_json::json!({"OBS": 3, "ACTIONS": 2})),
+        ("examples/ppo.pod", "cartpole", serde_json::json!({"OBS": 4, "ACTIONS": 2, "TOTAL_UPDATES": 2})),
+        ("examples/ppo.pod", "memory_chain", serde_json::json!({"OBS": 3, "ACTIONS": 2, "TOTAL_UPDATES": 2})),
         (
             "examples/ppo_continuous.pod",
             "pendulum",
-            serde_json::json!({"OBS": 3, "ACTIONS": 1, "LOW": [-2.0], "HIGH": [2.0]}),
+            serde_json::json!({"OBS": 3, "ACTIONS": 1, "LOW": [-2.0], "HIGH": [2.0], "TOTAL_UPDATES": 2}),
         ),
     ] {
         let out = dir.path().join(env);
-        let o = train(agent, env, &out, &["--total-steps", "2048"]);
+        let o = train(agent, env, &out, &["--total-steps", "4096"]);
         assert!(o.status.success(), "{env}: {}", stderr(&o));
         // An `extern env` without a time limit takes the host env's without a note.
         assert!(!stderr(&o).contains("time limit"), "{env}: {}", stderr(&o));
-        let o = train(agent, env, &out, &["--total-steps", "4096", "--resume", out.to_str().unwrap()]);
+        // Resumed, the run binds the same sizes again and agrees with its checkpoint (it
+        // has trained its length: the agents anneal over it).
+        let o = train(agent, env, &out, &["--resume", out.to_str().unwrap()]);
         assert!(o.status.success(), "{env} resumed: {}", stderr(&o));
+        assert!(stderr(&o).contains("nothing to do"), "{env} resumed: {}", stderr(&o));
         assert_eq!(records(&out).last().unwrap()["env_steps"], 4096, "{env}");
         let meta: Value = serde_json::from_str(&std::fs::read_to_string(out.join("checkpoint.json")).unwrap()).unwrap();
         assert_eq!(meta["meta"]["config"]["overrides"], want, "{env}");
@@ -600,11 +603,11 @@ fn agents_take_their_sizes_from_gymnasium_envs() {
     let dir = tempfile::tempdir().unwrap();
     let python = cache_python();
     for (agent, uri, want) in [
-        ("examples/ppo.pod", "gymnasium:Acrobot-v1", serde_json::json!({"OBS": 6, "ACTIONS": 3})),
+        ("examples/ppo.pod", "gymnasium:Acrobot-v1", serde_json::json!({"OBS": 6, "ACTIONS": 3, "TOTAL_UPDATES": 2})),
         (
             "examples/ppo_continuous.pod",
             "gymnasium:MountainCarContinuous-v0",
-            serde_json::json!({"OBS": 2, "ACTIONS": 1, "LOW": [-1.0], "HIGH": [1.0]}),
+            serde_json::json!({"OBS": 2, "ACTIONS": 1, "LOW": [-1.0], "HIGH": [1.0], "TOTAL_UPDATES": 2}),
         ),
     ] {
         let out = dir.path().join(uri.replace(':', "_"));

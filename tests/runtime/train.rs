@@ -250,9 +250,18 @@ fn a_batch_of_seeds_learns_as_its_solo_runs_do() {
 fn dqn_replay_buffer_is_state_under_seeds_and_resume() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // `dqn.pod` with its decay over a const of its own, not the run's bound
+    // `TOTAL_UPDATES`: the run of 60 steps is then the first half of the run of 120.
+    let src = fs::read_to_string(root.join("examples/dqn.pod")).expect("read dqn.pod");
+    let fixed =
+        src.replace("TOTAL_UPDATES", "DECAY_UPDATES").replace("DECAY_UPDATES: i32 = 50000", "DECAY_UPDATES: i32 = 30");
+    assert!(fixed.contains("const DECAY_UPDATES: i32 = 30;"), "dqn.pod's decay const moved");
+    fs::create_dir(dir.path().join("envs")).expect("mkdir");
+    fs::copy(root.join("examples/envs/cartpole.pod"), dir.path().join("envs/cartpole.pod")).expect("copy cartpole.pod");
+    fs::write(dir.path().join("dqn.pod"), fixed).expect("write dqn.pod");
     let small = ["--set", "BUFFER=48", "--set", "BATCH=8", "--set", "LEARNING_STARTS=40", "--set", "TARGET_EVERY=24"];
     let dqn = |out: &Path, seed: &str, total: &str, extra: &[&str]| {
-        let o = podc(root, &["train", "examples/dqn.pod", "-q", "--envs", "4", "--updates-per-call", "5"])
+        let o = podc(dir.path(), &["train", "dqn.pod", "-q", "--envs", "4", "--updates-per-call", "5"])
             .args(small)
             .args(["--seed", seed, "--total-steps", total, "--out"])
             .arg(out)
