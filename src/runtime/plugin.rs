@@ -191,7 +191,7 @@ pub fn identity(backend: Backend, explicit: Option<&Path>) -> Result<String> {
     let bytes = fs::read(&found.path)
         .map_err(|e| RuntimeError::Usage(format!("cannot read the plugin {}: {e}", found.path.display())))?;
     let name = found.path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    Ok(format!("{name} sha256:{}", crate::train::fingerprint::sha256_hex(&bytes)))
+    Ok(format!("{name} sha256:{:x}", <sha2::Sha256 as sha2::Digest>::digest(&bytes)))
 }
 
 /// The CUDA plugin of `jax-cuda13-pjrt` in the packages of `python`, found without

@@ -16,6 +16,7 @@ use crate::lower::stablehlo::lower_module;
 use crate::overrides::Override;
 use crate::resolve::Program;
 use crate::train::anakin::pick_agent;
+use crate::train::fingerprint::Fingerprint;
 use crate::train::run;
 use crate::train::sebulba::{Config, Lowered, Sebulba};
 use serde_json::{Value, json};
@@ -147,6 +148,23 @@ fn setup(
     Ok(Setup { prog, agent, cfg, devices, start })
 }
 
+/// Adds the host env to a run's fingerprint: a Python env's packages, or a `pod:` env's
+/// programs at the batch an actor thread steps.
+fn fingerprint_env(fp: &mut Fingerprint, packages: Option<&Packages>, cfg: &Config) -> Result<(), Failure> {
+    if let Some(p) = packages {
+        fp.host(p);
+        return Ok(());
+    }
+    let mut host = cfg.host.clone();
+    host.num_envs = cfg.batch();
+    if let Some(programs) = pod_programs(&cfg.uri, &host)? {
+        for (name, f) in ["env.reset", "env.step", "env.keys"].into_iter().zip(programs) {
+            fp.program(name, &lower_module(&f, 1));
+        }
+    }
+    Ok(())
+}
+
 fn sebulba_config(a: &TrainArgs, s: &Setup) -> Value {
     let shape = a.sizes.shape(&s.prog, &a.load.overrides, &s.agent.info.name);
     let mut cfg = config(a, &s.agent.info.name, shape);
@@ -197,18 +215,7 @@ pub fn train(
     let lowered = Lowered::new(&s.prog, &s.agent, &s.cfg)?;
     let mut fp = fingerprint(target)?;
     lowered.fingerprint(&s.agent, &mut fp);
-    match &packages {
-        Some(p) => fp.host(p),
-        None => {
-            let mut host = s.cfg.host.clone();
-            host.num_envs = s.cfg.batch();
-            for (name, f) in
-                ["env.reset", "env.step", "env.keys"].iter().zip(pod_programs(&s.cfg.uri, &host)?.into_iter().flatten())
-            {
-                fp.program(name, &lower_module(&f, 1));
-            }
-        }
-    }
+    fingerprint_env(&mut fp, packages.as_ref(), &s.cfg)?;
     if print_fingerprint(&a, &fp) {
         return Ok(());
     }
