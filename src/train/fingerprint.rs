@@ -35,13 +35,14 @@ pub fn record(dir: &Path, fingerprint: &Value, from: Option<&Path>, quiet: bool)
     if fingerprint.is_null() {
         return Ok(());
     }
-    let sha = |f: &Value| f["sha256"].as_str().map(str::to_string);
-    let before = from.and_then(|d| std::fs::read(d.join(FILE)).ok()).and_then(|b| serde_json::from_slice(&b).ok());
-    if let (Some(d), Some(_)) = (from, before.filter(|b: &Value| !quiet && sha(b) != sha(fingerprint))) {
-        eprintln!(
-            "note: the programs, the plugin or the env's packages differ from those that made `{}` (its {FILE}): the resumed run will not round as one run from the start would",
-            d.display()
-        );
+    if let Some(d) = from.filter(|_| !quiet) {
+        let old: Option<Value> = std::fs::read(d.join(FILE)).ok().and_then(|b| serde_json::from_slice(&b).ok());
+        if old.is_some_and(|old| old["sha256"] != fingerprint["sha256"]) {
+            eprintln!(
+                "note: the programs, the plugin or the env's packages differ from those that made `{}` (its {FILE}): the resumed run will not round as one run from the start would",
+                d.display()
+            );
+        }
     }
     let mut text = serde_json::to_vec_pretty(fingerprint)?;
     text.push(b'\n');
@@ -49,7 +50,7 @@ pub fn record(dir: &Path, fingerprint: &Value, from: Option<&Path>, quiet: bool)
 }
 
 /// The SHA-256 of `bytes`, in hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
+fn sha256_hex(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
 }
 
